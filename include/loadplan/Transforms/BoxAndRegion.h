@@ -1,0 +1,53 @@
+//===- BoxAndRegion.h - Reduce a strided copy to a box ----------*- C++ -*-===//
+//
+// The integer core of --loadplan-to-boxes, kept free of IR so that property
+// tests can check it against an element-by-element evaluation.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LOADPLAN_TRANSFORMS_BOXANDREGION_H
+#define LOADPLAN_TRANSFORMS_BOXANDREGION_H
+
+#include "mlir/Support/LLVM.h"
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <string>
+
+namespace mlir {
+namespace loadplan {
+
+/// One dim of a copied tensor: its size, its stride in the checkpoint tensor
+/// and its stride in the destination.
+struct CopyDim {
+  int64_t size;
+  int64_t srcStride;
+  int64_t dstStride;
+};
+
+/// A box of the checkpoint tensor and the shape and strides of its elements,
+/// in row-major box order, in the destination.
+struct BoxAndRegion {
+  SmallVector<int64_t> starts, stops;
+  SmallVector<int64_t> dstShape, dstStride;
+};
+
+/// Reduces a copy of the elements at `srcOffset` + `dims` of the contiguous
+/// checkpoint tensor of shape `ckptShape` to a box and destination strides.
+/// Each copied dim is assigned to the checkpoint dim its source stride steps
+/// through, split where it spans several (a flatten); the parts assigned to
+/// one checkpoint dim must tile a contiguous range of it. Fails with the
+/// fallback reason in `why` when the copy is not a copy of a box.
+///
+/// `P.copy_(W.t())` with W [4, 6] and P [6, 4] contiguous has dims
+/// [(6, 1, 4), (4, 6, 1)]: the box is ((0, 4), (0, 6)) and the destination
+/// shape (4, 6), stride (1, 4).
+FailureOr<BoxAndRegion> computeBoxAndRegion(ArrayRef<int64_t> ckptShape,
+                                            int64_t srcOffset,
+                                            ArrayRef<CopyDim> dims,
+                                            std::string &why);
+
+} // namespace loadplan
+} // namespace mlir
+
+#endif // LOADPLAN_TRANSFORMS_BOXANDREGION_H

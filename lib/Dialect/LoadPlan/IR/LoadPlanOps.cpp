@@ -1,0 +1,445 @@
+//===- LoadPlanOps.cpp - loadplan operations ------------------------------===//
+//
+// Verifiers: torch's shape rules for view ops, and the bounds of every
+// layout, box and region against the targets and storages they name.
+//
+//===----------------------------------------------------------------------===//
+
+#include "loadplan/Dialect/LoadPlan/IR/LoadPlanOps.h"
+#include "loadplan/Dialect/LoadPlan/IR/Geometry.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/TypeUtilities.h"
+
+using namespace mlir;
+using namespace mlir::loadplan;
+
+#define GET_OP_CLASSES
+#include "loadplan/Dialect/LoadPlan/IR/LoadPlanOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+static RankedTensorType tensorType(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+/// Looks up the target `ref` names, with an error when there is none.
+static TargetOp lookupTarget(Operation *op, FlatSymbolRefAttr ref,
+                             SymbolTableCollection &symbols) {
+  auto target = symbols.lookupNearestSymbolFrom<TargetOp>(op, ref);
+  if (!target)
+    op->emitOpError() << ref << " does not name a loadplan.target";
+  return target;
+}
+
+/// Checks that bytes [start, start + length) relative to `target`'s first
+/// byte lie inside its storage.
+static LogicalResult checkInStorage(Operation *op, TargetOp target,
+                                    int64_t start, int64_t length,
+                                    SymbolTableCollection &symbols,
+                                    StringRef what) {
+  if (length == 0)
+    return success();
+  auto storage =
+      symbols.lookupNearestSymbolFrom<StorageOp>(target, target.getStorageAttr());
+  if (!storage)
+    return success(); // the target's own verifier reports it
+  int64_t first = target.getByteOffset() + start;
+  if (first < 0 || first + length > storage.getSize())
+    return op->emitOpError()
+           << what << " covers bytes [" << first << ", " << first + length
+           << ") of storage @" << storage.getSymName() << ", which has "
+           << storage.getSize() << " bytes";
+  return success();
+}
+
+/// Checks that `type` has a byte size.
+static LogicalResult checkDtype(Operation *op, Type type) {
+  if (getItemSize(type) == 0)
+    return op->emitOpError() << "dtype " << type << " has no byte size";
+  return success();
+}
+
+/// Checks a view op's result against the shape `expected` torch gives.
+static LogicalResult checkViewResult(Operation *op, Value input, Value result,
+                                     ArrayRef<int64_t> expected) {
+  RankedTensorType in = tensorType(input), out = tensorType(result);
+  if (in.getElementType() != out.getElementType())
+    return op->emitOpError() << "result dtype " << out.getElementType()
+                             << " differs from input dtype "
+                             << in.getElementType();
+  if (out.getShape() != expected) {
+    InFlightDiagnostic diag = op->emitOpError() << "result shape [";
+    llvm::interleaveComma(out.getShape(), diag);
+    diag << "] differs from the shape torch gives, [";
+    llvm::interleaveComma(expected, diag);
+    return diag << "]";
+  }
+  return success();
+}
+
+/// Applies a torch view rule to the contiguous layout of `input`'s shape and
+/// checks the op's result against it.
+static LogicalResult
+verifyView(Operation *op, Value input, Value result,
+           function_ref<LogicalResult(Strided &, std::string &)> rule) {
+  Strided s = Strided::contiguous(tensorType(input).getShape());
+  std::string why;
+  if (failed(rule(s, why)))
+    return op->emitOpError() << why;
+  return checkViewResult(op, input, result, s.shape);
+}
+
+//===----------------------------------------------------------------------===//
+// Declarations
+//===----------------------------------------------------------------------===//
+
+LogicalResult StorageOp::verify() {
+  if (getSize() < 0)
+    return emitOpError() << "size must be non-negative, got " << getSize();
+  return success();
+}
+
+int64_t TargetOp::getItemSize() {
+  return loadplan::getItemSize(getTensorType().getElementType());
+}
+
+int64_t TargetOp::getByteExtent() {
+  RankedTensorType type = getTensorType();
+  int64_t last = 0;
+  for (auto [n, s] : llvm::zip(type.getShape(), getStride())) {
+    if (n == 0)
+      return 0;
+    last += (n - 1) * s;
+  }
+  return (last + 1) * getItemSize();
+}
+
+LogicalResult TargetOp::verify() {
+  RankedTensorType type = getTensorType();
+  if (failed(checkDtype(*this, type.getElementType())))
+    return failure();
+  if (getStride().size() != static_cast<size_t>(type.getRank()))
+    return emitOpError() << "has " << getStride().size()
+                         << " strides for a tensor of " << type.getRank()
+                         << " dims";
+  for (auto [k, s] : llvm::enumerate(getStride()))
+    if (s < 0)
+      return emitOpError() << "stride of dim " << k
+                           << " must be non-negative, got " << s;
+  if (getByteOffset() < 0)
+    return emitOpError() << "byte_offset must be non-negative, got "
+                         << getByteOffset();
+  if (getByteOffset() % getItemSize())
+    return emitOpError() << "byte_offset " << getByteOffset()
+                         << " is not a multiple of its element size "
+                         << getItemSize();
+  return success();
+}
+
+LogicalResult TargetOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  auto storage = symbols.lookupNearestSymbolFrom<StorageOp>(*this,
+                                                            getStorageAttr());
+  if (!storage)
+    return emitOpError() << getStorageAttr()
+                         << " does not name a loadplan.storage";
+  int64_t end = getByteOffset() + getByteExtent();
+  if (getByteExtent() > 0 && end > storage.getSize())
+    return emitOpError() << "ends at byte " << end << " of storage @"
+                         << storage.getSymName() << ", which has "
+                         << storage.getSize() << " bytes";
+  return success();
+}
+
+void CheckpointOp::build(OpBuilder &builder, OperationState &state,
+                         StringRef name, RankedTensorType type) {
+  state.addAttribute(getNameAttrName(state.name), builder.getStringAttr(name));
+  state.addAttribute(getTypeAttrName(state.name), TypeAttr::get(type));
+  Region *body = state.addRegion();
+  Block *block = new Block();
+  block->addArgument(type, state.location);
+  body->push_back(block);
+}
+
+ParseResult CheckpointOp::parse(OpAsmParser &parser, OperationState &result) {
+  std::string name;
+  Type type;
+  OpAsmParser::Argument arg;
+  if (parser.parseString(&name) || parser.parseColonType(type) || parser.parseLParen() ||
+      parser.parseArgument(arg) || parser.parseRParen() ||
+      parser.parseOptionalAttrDictWithKeyword(result.attributes))
+    return failure();
+  result.addAttribute(getNameAttrName(result.name),
+                      parser.getBuilder().getStringAttr(name));
+  result.addAttribute(getTypeAttrName(result.name), TypeAttr::get(type));
+  arg.type = type;
+  Region *body = result.addRegion();
+  if (parser.parseRegion(*body, {arg}))
+    return failure();
+  if (body->empty())
+    body->push_back(new Block());
+  return success();
+}
+
+void CheckpointOp::print(OpAsmPrinter &p) {
+  p << ' ';
+  p.printAttribute(getNameAttr());
+  p << " : " << getType() << " (";
+  p.printRegionArgument(getIncoming(), {}, /*omitType=*/true);
+  p << ')';
+  p.printOptionalAttrDictWithKeyword((*this)->getAttrs(),
+                                     {getNameAttrName(), getTypeAttrName()});
+  p << ' ';
+  p.printRegion(getBody(), /*printEntryBlockArgs=*/false,
+                /*printBlockTerminators=*/false, /*printEmptyBlock=*/true);
+}
+
+void CheckpointOp::getAsmBlockArgumentNames(Region &region,
+                                            OpAsmSetValueNameFn setNameFn) {
+  if (!region.empty() && region.front().getNumArguments() == 1)
+    setNameFn(region.front().getArgument(0), "w");
+}
+
+LogicalResult CheckpointOp::verify() {
+  if (failed(checkDtype(*this, getTensorType().getElementType())))
+    return failure();
+  Block &block = getBody().front();
+  if (block.getNumArguments() != 1 ||
+      block.getArgument(0).getType() != getType())
+    return emitOpError() << "body must take one argument of the checkpoint "
+                            "type "
+                         << getType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// View ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult SliceOp::verify() {
+  return verifyView(*this, getInput(), getResult(),
+                    [&](Strided &s, std::string &why) {
+                      return applySlice(s, getDim(), getStart(), getEnd(),
+                                        getStep(), why);
+                    });
+}
+
+LogicalResult SelectOp::verify() {
+  return verifyView(*this, getInput(), getResult(),
+                    [&](Strided &s, std::string &why) {
+                      return applySelect(s, getDim(), getIndex(), why);
+                    });
+}
+
+/// view and reshape: any shape with the same number of elements (whether
+/// strides allow a view depends on the input's layout: fold-views decides).
+static LogicalResult verifyReshape(Operation *op, Value input, Value result) {
+  RankedTensorType in = tensorType(input), out = tensorType(result);
+  if (in.getNumElements() != out.getNumElements())
+    return op->emitOpError()
+           << "cannot view " << in.getNumElements() << " elements as "
+           << out.getNumElements();
+  return checkViewResult(op, input, result, out.getShape());
+}
+
+LogicalResult ViewShapeOp::verify() {
+  return verifyReshape(*this, getInput(), getResult());
+}
+
+LogicalResult ReshapeOp::verify() {
+  return verifyReshape(*this, getInput(), getResult());
+}
+
+LogicalResult TransposeOp::verify() {
+  return verifyView(*this, getInput(), getResult(),
+                    [&](Strided &s, std::string &why) {
+                      return applyTranspose(s, getDim0(), getDim1(), why);
+                    });
+}
+
+LogicalResult PermuteOp::verify() {
+  return verifyView(*this, getInput(), getResult(),
+                    [&](Strided &s, std::string &why) {
+                      return applyPermute(s, getDims(), why);
+                    });
+}
+
+LogicalResult ExpandOp::verify() {
+  ArrayRef<int64_t> shape = tensorType(getResult()).getShape();
+  return verifyView(*this, getInput(), getResult(),
+                    [&](Strided &s, std::string &why) {
+                      return applyExpand(s, shape, why);
+                    });
+}
+
+LogicalResult UnsqueezeOp::verify() {
+  return verifyView(*this, getInput(), getResult(),
+                    [&](Strided &s, std::string &why) {
+                      return applyUnsqueeze(s, getDim(), why);
+                    });
+}
+
+LogicalResult SqueezeOp::verify() {
+  return verifyView(*this, getInput(), getResult(),
+                    [&](Strided &s, std::string &why) {
+                      return applySqueeze(s, getDims(), why);
+                    });
+}
+
+LogicalResult FlattenOp::verify() {
+  std::string why;
+  FailureOr<SmallVector<int64_t>> shape = flattenShape(
+      tensorType(getInput()).getShape(), getStartDim(), getEndDim(), why);
+  if (failed(shape))
+    return emitOpError() << why;
+  return checkViewResult(*this, getInput(), getResult(), *shape);
+}
+
+LogicalResult UnflattenOp::verify() {
+  std::string why;
+  if (failed(checkUnflatten(tensorType(getInput()).getShape(),
+                            tensorType(getResult()).getShape(), getDim(),
+                            why)))
+    return emitOpError() << why;
+  return checkViewResult(*this, getInput(), getResult(),
+                         tensorType(getResult()).getShape());
+}
+
+LogicalResult AsStridedOp::verify() {
+  LayoutAttr layout = getLayout();
+  if (failed(checkViewResult(*this, getInput(), getResult(),
+                             layout.getShape())))
+    return failure();
+  // On the incoming tensor the storage is known: the checkpoint tensor.
+  if (isa<BlockArgument>(getInput())) {
+    int64_t numel = tensorType(getInput()).getNumElements();
+    if (layout.getNumElements() > 0 &&
+        layout.getOffset() + layout.getExtent() > numel)
+      return emitOpError() << "layout reaches element "
+                           << layout.getOffset() + layout.getExtent() - 1
+                           << " of a checkpoint tensor of " << numel
+                           << " elements";
+  }
+  return success();
+}
+
+LogicalResult AliasOp::verify() {
+  return checkViewResult(*this, getInput(), getResult(),
+                         tensorType(getInput()).getShape());
+}
+
+LogicalResult CloneOp::verify() {
+  return checkViewResult(*this, getInput(), getResult(),
+                         tensorType(getInput()).getShape());
+}
+
+//===----------------------------------------------------------------------===//
+// Copies and events
+//===----------------------------------------------------------------------===//
+
+/// Whether torch broadcasts `from` to `to`.
+static bool broadcastsTo(ArrayRef<int64_t> from, ArrayRef<int64_t> to) {
+  if (from.size() > to.size())
+    return false;
+  for (size_t k = 0; k < from.size(); ++k) {
+    int64_t a = from[from.size() - 1 - k], b = to[to.size() - 1 - k];
+    if (a != b && a != 1)
+      return false;
+  }
+  return true;
+}
+
+LogicalResult CopyOp::verify() {
+  if (failed(checkDtype(*this, getDtype())))
+    return failure();
+  ArrayRef<int64_t> src = tensorType(getSrc()).getShape();
+  ArrayRef<int64_t> dest = getDest().getShape();
+  if (!broadcastsTo(src, dest) &&
+      numElements(src) != numElements(dest)) {
+    InFlightDiagnostic diag = emitOpError() << "cannot copy a tensor of shape [";
+    llvm::interleaveComma(src, diag);
+    diag << "] into a destination of shape [";
+    llvm::interleaveComma(dest, diag);
+    return diag << "]";
+  }
+  return success();
+}
+
+LogicalResult CopyOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  TargetOp target = lookupTarget(*this, getTargetAttr(), symbols);
+  if (!target)
+    return failure();
+  int64_t size = getItemSize(getDtype());
+  LayoutAttr dest = getDest();
+  return checkInStorage(*this, target, dest.getOffset() * size,
+                        dest.getNumElements() ? dest.getExtent() * size : 0,
+                        symbols, "destination");
+}
+
+LogicalResult ConvertOp::verify() {
+  if (tensorType(getInput()).getShape() != tensorType(getResult()).getShape())
+    return emitOpError() << "must keep the shape";
+  return success();
+}
+
+LogicalResult
+InplaceWriteOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (!getTargetAttr())
+    return success();
+  return success(lookupTarget(*this, getTargetAttr(), symbols) != nullptr);
+}
+
+LogicalResult ReadTargetOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return success(lookupTarget(*this, getTargetAttr(), symbols) != nullptr);
+}
+
+LogicalResult
+ConstantWriteOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  TargetOp target = lookupTarget(*this, getTargetAttr(), symbols);
+  if (!target)
+    return failure();
+  int64_t size = getItemSize(getDtype());
+  if (size == 0)
+    return emitOpError() << "dtype " << getDtype() << " has no byte size";
+  LayoutAttr dest = getDest();
+  return checkInStorage(*this, target, dest.getOffset() * size,
+                        dest.getNumElements() ? dest.getExtent() * size : 0,
+                        symbols, "destination");
+}
+
+LogicalResult WriteOp::verify() {
+  auto checkpoint = (*this)->getParentOfType<CheckpointOp>();
+  ArrayRef<int64_t> shape = checkpoint.getTensorType().getShape();
+  BoxAttr box = getBox();
+  if (box.getRank() != shape.size())
+    return emitOpError() << "box has " << box.getRank()
+                         << " dims but the checkpoint tensor has "
+                         << shape.size();
+  for (auto [k, start, stop] :
+       llvm::enumerate(box.getStarts(), box.getStops()))
+    if (stop > shape[k])
+      return emitOpError() << "box range [" << start << ", " << stop
+                           << ") of dim " << k << " exceeds its size "
+                           << shape[k];
+  if (getRegion().getNumElements() != box.getNumElements())
+    return emitOpError() << "region has " << getRegion().getNumElements()
+                         << " elements but the box has "
+                         << box.getNumElements();
+  return success();
+}
+
+LogicalResult WriteOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  TargetOp target = lookupTarget(*this, getTargetAttr(), symbols);
+  if (!target)
+    return failure();
+  auto checkpoint = (*this)->getParentOfType<CheckpointOp>();
+  int64_t size = getItemSize(checkpoint.getTensorType().getElementType());
+  RegionAttr region = getRegion();
+  return checkInStorage(*this, target, region.getOffset() * size,
+                        region.getNumElements() ? region.getExtent() * size
+                                                : 0,
+                        symbols, "region");
+}

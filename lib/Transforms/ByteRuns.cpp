@@ -1,0 +1,101 @@
+//===- ByteRuns.cpp - Bytes a strided write covers --------------*- C++ -*-===//
+
+#include "loadplan/Transforms/ByteRuns.h"
+#include "loadplan/Dialect/LoadPlan/IR/Geometry.h"
+
+#include "mlir/IR/SymbolTable.h"
+
+#include <algorithm>
+
+using namespace mlir;
+using namespace mlir::loadplan;
+
+void loadplan::appendByteRuns(int64_t byteOffset, ArrayRef<int64_t> shape,
+                              ArrayRef<int64_t> stride, int64_t itemSize,
+                              int64_t maxRuns, SmallVectorImpl<ByteRun> &out) {
+  SmallVector<std::pair<int64_t, int64_t>> dims; // (size, stride)
+  for (auto [n, s] : llvm::zip(shape, stride)) {
+    if (n == 0)
+      return;
+    if (n > 1)
+      dims.push_back({n, s});
+  }
+  // Outer dims first; peel the contiguous innermost ones into the run.
+  std::sort(dims.begin(), dims.end(),
+            [](auto a, auto b) { return a.second > b.second; });
+  int64_t run = 1;
+  while (!dims.empty() && dims.back().second == run) {
+    run *= dims.back().first;
+    dims.pop_back();
+  }
+  int64_t count = 1;
+  for (auto [n, s] : dims) {
+    count *= n;
+    if (count > maxRuns)
+      break;
+  }
+  if (count > maxRuns) {
+    int64_t span = run;
+    for (auto [n, s] : dims)
+      span += (n - 1) * s;
+    out.push_back({byteOffset, byteOffset + span * itemSize});
+    return;
+  }
+  SmallVector<int64_t> index(dims.size(), 0);
+  while (true) {
+    int64_t start = 0;
+    for (auto [i, d] : llvm::zip(index, dims))
+      start += i * d.second;
+    out.push_back({byteOffset + start * itemSize,
+                   byteOffset + (start + run) * itemSize});
+    int64_t k = static_cast<int64_t>(dims.size()) - 1;
+    while (k >= 0 && ++index[k] == dims[k].first)
+      index[k--] = 0;
+    if (k < 0)
+      break;
+  }
+}
+
+void loadplan::collectStorageWrites(ModuleOp module, int64_t maxRuns,
+                                    bool withConstants,
+                                    SmallVectorImpl<CheckpointOp> &checkpoints,
+                                    SmallVectorImpl<StorageWrite> &out) {
+  SymbolTable symbols(module);
+  SmallVector<ByteRun> runs;
+  auto add = [&](FlatSymbolRefAttr targetRef, int64_t offset,
+                 ArrayRef<int64_t> shape, ArrayRef<int64_t> stride,
+                 int64_t itemSize, unsigned index) {
+    auto target = symbols.lookup<TargetOp>(targetRef.getAttr());
+    if (!target || itemSize == 0)
+      return;
+    runs.clear();
+    appendByteRuns(target.getByteOffset() + offset * itemSize, shape, stride,
+                   itemSize, maxRuns, runs);
+    for (ByteRun r : runs)
+      out.push_back({target.getStorageAttr().getAttr(), r, index});
+  };
+  for (auto checkpoint : module.getOps<CheckpointOp>()) {
+    unsigned index = checkpoints.size();
+    checkpoints.push_back(checkpoint);
+    Block &block = checkpoint.getBlock();
+    bool stopped = llvm::any_of(block.getOps<FallbackOp>(),
+                                [](FallbackOp f) { return f.getStop(); });
+    int64_t ckptItem =
+        getItemSize(checkpoint.getTensorType().getElementType());
+    for (Operation &op : block) {
+      if (auto w = dyn_cast<WriteOp>(op); w && !stopped) {
+        RegionAttr r = w.getRegion();
+        add(w.getTargetAttr(), r.getOffset(), r.getShape(), r.getStride(),
+            ckptItem, index);
+      } else if (auto c = dyn_cast<CopyOp>(op); c && !stopped) {
+        LayoutAttr l = c.getDest();
+        add(c.getTargetAttr(), l.getOffset(), l.getShape(), l.getStride(),
+            getItemSize(c.getDtype()), index);
+      } else if (auto k = dyn_cast<ConstantWriteOp>(op); k && withConstants) {
+        LayoutAttr l = k.getDest();
+        add(k.getTargetAttr(), l.getOffset(), l.getShape(), l.getStride(),
+            getItemSize(k.getDtype()), index);
+      }
+    }
+  }
+}

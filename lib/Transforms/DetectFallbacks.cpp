@@ -1,0 +1,199 @@
+//===- DetectFallbacks.cpp - Give each fallback name its reason -*- C++ -*-===//
+//
+// Walks the loader's recorded events in arrival order and gives each name at
+// most one loadplan.fallback: the first reason it met, or the reason that
+// stopped its loader. Names declared twice and "lonely" fallbacks (whose
+// loader writes nothing itself) are errors the user must fix in the model.
+//
+//===----------------------------------------------------------------------===//
+
+#include "loadplan/Dialect/LoadPlan/IR/Geometry.h"
+#include "loadplan/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+namespace mlir {
+namespace loadplan {
+#define GEN_PASS_DEF_DETECTFALLBACKS
+#include "loadplan/Transforms/Passes.h.inc"
+} // namespace loadplan
+} // namespace mlir
+
+using namespace mlir;
+using namespace mlir::loadplan;
+
+namespace {
+
+/// What the walk learnt about one name.
+struct NameState {
+  std::string reason;
+  bool hasReason = false;
+  bool stop = false;
+  bool wrote = false;
+};
+
+struct DetectFallbacksPass
+    : public loadplan::impl::DetectFallbacksBase<DetectFallbacksPass> {
+  using DetectFallbacksBase::DetectFallbacksBase;
+  void runOnOperation() override;
+};
+
+} // namespace
+
+/// The reason a recorded event gives, if it is one.
+static std::optional<std::string> eventReason(Operation *op, bool &stop) {
+  stop = false;
+  return llvm::TypeSwitch<Operation *, std::optional<std::string>>(op)
+      .Case([&](ValueReadOp e) -> std::optional<std::string> {
+        stop = true;
+        return "its loader reads its values (" + e.getOp().str() + ")";
+      })
+      .Case([&](MetaFailureOp e) -> std::optional<std::string> {
+        stop = true;
+        return e.getOp().str() + " fails on meta";
+      })
+      .Case([&](ApplyOp e) -> std::optional<std::string> {
+        if (e.getReason())
+          return e.getReason()->str();
+        return "applies " + e.getOp().str() + " to it";
+      })
+      .Case([&](ConvertOp e) -> std::optional<std::string> {
+        auto elem = [](Value v) {
+          return cast<RankedTensorType>(v.getType()).getElementType();
+        };
+        std::string to = getDtypeName(elem(e.getResult()));
+        return "casts " + getDtypeName(elem(e.getInput())) + " to " + to +
+               " (send it as " + to + " to make it direct)";
+      })
+      .Case([&](InplaceWriteOp e) -> std::optional<std::string> {
+        return "writes it without Tensor.copy_ (" + e.getOp().str() + ")";
+      })
+      .Case([&](WriteOtherOp) -> std::optional<std::string> {
+        return std::string(
+            "copies into a tensor that is not a checkpoint tensor");
+      })
+      .Case([&](FallbackOp e) -> std::optional<std::string> {
+        stop = e.getStop();
+        return e.getReason().str();
+      })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
+void DetectFallbacksPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  SymbolTable symbols(module);
+
+  SmallVector<CheckpointOp> checkpoints;
+  llvm::StringMap<CheckpointOp> byName;
+  bool failedNames = false;
+  for (auto checkpoint : module.getOps<CheckpointOp>()) {
+    auto [it, inserted] = byName.try_emplace(checkpoint.getName(), checkpoint);
+    if (!inserted) {
+      checkpoint.emitError() << "checkpoint '" << checkpoint.getName()
+                             << "' is declared twice";
+      it->second.emitRemark() << "first declared here";
+      failedNames = true;
+    }
+    checkpoints.push_back(checkpoint);
+  }
+  if (failedNames)
+    return signalPassFailure();
+
+  llvm::DenseMap<Operation *, NameState> states;
+  auto mark = [&](CheckpointOp c, StringRef reason, bool stop) {
+    NameState &s = states[c];
+    if (stop && !s.stop) {
+      s.stop = true;
+      s.reason = reason.str();
+      s.hasReason = true;
+    } else if (!s.hasReason) {
+      s.reason = reason.str();
+      s.hasReason = true;
+    }
+  };
+  // The name that last wrote each storage, in arrival order.
+  llvm::DenseMap<StringAttr, CheckpointOp> lastWriter;
+  auto storageOf = [&](FlatSymbolRefAttr target) -> StringAttr {
+    auto t = symbols.lookup<TargetOp>(target.getAttr());
+    return t ? t.getStorageAttr().getAttr() : StringAttr();
+  };
+
+  for (CheckpointOp checkpoint : checkpoints) {
+    NameState &self = states[checkpoint];
+    (void)self;
+    for (Operation &op : checkpoint.getBlock()) {
+      if (auto copy = dyn_cast<CopyOp>(op)) {
+        states[checkpoint].wrote = true;
+        lastWriter[storageOf(copy.getTargetAttr())] = checkpoint;
+      } else if (auto write = dyn_cast<WriteOp>(op)) {
+        states[checkpoint].wrote = true;
+        lastWriter[storageOf(write.getTargetAttr())] = checkpoint;
+      } else if (isa<InplaceWriteOp, WriteOtherOp>(op)) {
+        states[checkpoint].wrote = true;
+      }
+      if (auto read = dyn_cast<ReadTargetOp>(op)) {
+        auto it = lastWriter.find(storageOf(read.getTargetAttr()));
+        CheckpointOp blamed =
+            it != lastWriter.end() ? it->second : checkpoint;
+        mark(blamed,
+             ("its loader reads the destination (" + read.getOp() + ")").str(),
+             false);
+        continue;
+      }
+      bool stop;
+      std::optional<std::string> reason = eventReason(&op, stop);
+      if (!reason)
+        continue;
+      mark(checkpoint, *reason, stop);
+      if (auto apply = dyn_cast<ApplyOp>(op))
+        if (ArrayAttr names = apply.getNamesAttr())
+          for (auto name : names.getAsValueRange<StringAttr>()) {
+            auto other = byName.find(name);
+            if (other == byName.end()) {
+              apply.emitError() << "names checkpoint '" << name
+                                << "', which is not declared";
+              return signalPassFailure();
+            }
+            mark(other->second, *reason, false);
+          }
+    }
+  }
+
+  bool lonely = false;
+  for (CheckpointOp checkpoint : checkpoints) {
+    NameState &s = states[checkpoint];
+    if (s.hasReason && !s.stop && !s.wrote) {
+      checkpoint.emitError()
+          << "fallback name '" << checkpoint.getName()
+          << "' writes nothing itself (" << s.reason
+          << "): its loader combines several checkpoint tensors; move the "
+             "combine into post-load processing "
+             "(process_weights_after_loading)";
+      lonely = true;
+    }
+  }
+  if (lonely)
+    return signalPassFailure();
+
+  for (CheckpointOp checkpoint : checkpoints) {
+    NameState &s = states[checkpoint];
+    Block &block = checkpoint.getBlock();
+    for (Operation &op : llvm::make_early_inc_range(block)) {
+      // Events are now reasons; a stopped loader's writes never happen.
+      if (isa<FallbackOp, ValueReadOp, MetaFailureOp, ReadTargetOp,
+              InplaceWriteOp, WriteOtherOp>(op) ||
+          (s.stop && isa<WriteOp, CopyOp>(op)))
+        op.erase();
+    }
+    if (!s.hasReason)
+      continue;
+    OpBuilder builder = OpBuilder::atBlockBegin(&block);
+    FallbackOp::create(builder, checkpoint.getLoc(), StringRef(s.reason),
+                       s.stop);
+    ++numFallbacks;
+  }
+}

@@ -1,0 +1,92 @@
+//===- DetectOverlaps.cpp - Names whose writes share bytes ------*- C++ -*-===//
+//
+// Direct writes land in any order (and in parallel), so two names that write
+// one byte must go through load_weights in arrival order. A sweep over the
+// byte runs of each storage finds them in O(n log n).
+//
+//===----------------------------------------------------------------------===//
+
+#include "loadplan/Transforms/ByteRuns.h"
+#include "loadplan/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+
+#include <algorithm>
+#include <queue>
+
+namespace mlir {
+namespace loadplan {
+#define GEN_PASS_DEF_DETECTOVERLAPS
+#include "loadplan/Transforms/Passes.h.inc"
+} // namespace loadplan
+} // namespace mlir
+
+using namespace mlir;
+using namespace mlir::loadplan;
+
+namespace {
+struct DetectOverlapsPass
+    : public loadplan::impl::DetectOverlapsBase<DetectOverlapsPass> {
+  using DetectOverlapsBase::DetectOverlapsBase;
+  void runOnOperation() override;
+};
+} // namespace
+
+void DetectOverlapsPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  SmallVector<CheckpointOp> checkpoints;
+  SmallVector<StorageWrite> writes;
+  collectStorageWrites(module, maxRuns, /*withConstants=*/false, checkpoints,
+                       writes);
+  // By storage, then by first byte.
+  std::sort(writes.begin(), writes.end(),
+            [](const StorageWrite &a, const StorageWrite &b) {
+              if (a.storage != b.storage)
+                return a.storage.getValue() < b.storage.getValue();
+              return a.run < b.run;
+            });
+
+  // overlapWith[i]: the checkpoint whose bytes checkpoint i meets first.
+  SmallVector<int64_t> overlapWith(checkpoints.size(), -1);
+  using Active = std::pair<int64_t, unsigned>; // (stop, checkpoint)
+  std::priority_queue<Active, std::vector<Active>, std::greater<Active>> active;
+  // Active runs of names not yet marked: each name is marked once, so the
+  // sweep stays near-linear however many runs pile up on one span.
+  SmallVector<Active> unmarked;
+  for (size_t i = 0; i < writes.size(); ++i) {
+    const StorageWrite &w = writes[i];
+    if (i == 0 || writes[i - 1].storage != w.storage) {
+      active = {};
+      unmarked.clear();
+    }
+    while (!active.empty() && active.top().first <= w.run.first)
+      active.pop();
+    if (!active.empty()) {
+      unsigned other = active.top().second;
+      if (overlapWith[w.checkpoint] < 0)
+        overlapWith[w.checkpoint] = other;
+      for (Active a : unmarked)
+        if (a.first > w.run.first && overlapWith[a.second] < 0)
+          overlapWith[a.second] = w.checkpoint;
+      unmarked.clear();
+    }
+    active.push({w.run.second, w.checkpoint});
+    if (overlapWith[w.checkpoint] < 0)
+      unmarked.push_back({w.run.second, w.checkpoint});
+  }
+
+  for (auto [index, other] : llvm::enumerate(overlapWith)) {
+    if (other < 0)
+      continue;
+    CheckpointOp checkpoint = checkpoints[index];
+    Block &block = checkpoint.getBlock();
+    if (!block.getOps<FallbackOp>().empty())
+      continue; // an earlier reason stands
+    OpBuilder builder = OpBuilder::atBlockBegin(&block);
+    std::string reason =
+        ("writes overlap with '" + checkpoints[other].getName() + "'").str();
+    FallbackOp::create(builder, checkpoint.getLoc(), StringRef(reason),
+                       /*stop=*/false);
+    ++numOverlapping;
+  }
+}

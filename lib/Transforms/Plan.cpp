@@ -1,0 +1,401 @@
+//===- Plan.cpp - The load plan of a compiled module ------------*- C++ -*-===//
+
+#include "loadplan/Transforms/Plan.h"
+#include "loadplan/Dialect/LoadPlan/IR/Geometry.h"
+#include "loadplan/Dialect/LoadPlan/IR/LoadPlanOps.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/JSON.h"
+
+#include <chrono>
+
+using namespace mlir;
+using namespace mlir::loadplan;
+
+uint32_t loadplan::getDtypeCode(Type type) {
+  if (type.isBF16())
+    return LOADPLAN_DTYPE_BFLOAT16;
+  if (type.isF16())
+    return LOADPLAN_DTYPE_FLOAT16;
+  if (type.isF32())
+    return LOADPLAN_DTYPE_FLOAT32;
+  if (type.isF64())
+    return LOADPLAN_DTYPE_FLOAT64;
+  if (isa<Float8E4M3FNType>(type))
+    return LOADPLAN_DTYPE_FLOAT8_E4M3FN;
+  if (isa<Float8E5M2Type>(type))
+    return LOADPLAN_DTYPE_FLOAT8_E5M2;
+  if (isa<Float8E4M3FNUZType>(type))
+    return LOADPLAN_DTYPE_FLOAT8_E4M3FNUZ;
+  if (isa<Float8E5M2FNUZType>(type))
+    return LOADPLAN_DTYPE_FLOAT8_E5M2FNUZ;
+  if (isa<Float8E8M0FNUType>(type))
+    return LOADPLAN_DTYPE_FLOAT8_E8M0FNU;
+  if (type.isInteger(1))
+    return LOADPLAN_DTYPE_BOOL;
+  if (auto i = dyn_cast<IntegerType>(type)) {
+    bool u = i.isUnsigned();
+    switch (i.getWidth()) {
+    case 8:
+      return u ? LOADPLAN_DTYPE_UINT8 : LOADPLAN_DTYPE_INT8;
+    case 16:
+      return u ? LOADPLAN_DTYPE_UINT16 : LOADPLAN_DTYPE_INT16;
+    case 32:
+      return u ? LOADPLAN_DTYPE_UINT32 : LOADPLAN_DTYPE_INT32;
+    case 64:
+      return u ? LOADPLAN_DTYPE_UINT64 : LOADPLAN_DTYPE_INT64;
+    default:
+      return LOADPLAN_DTYPE_INVALID;
+    }
+  }
+  if (auto c = dyn_cast<ComplexType>(type)) {
+    if (c.getElementType().isF32())
+      return LOADPLAN_DTYPE_COMPLEX64;
+    if (c.getElementType().isF64())
+      return LOADPLAN_DTYPE_COMPLEX128;
+  }
+  return LOADPLAN_DTYPE_INVALID;
+}
+
+StringRef loadplan::getDtypeCodeName(uint32_t dtype) {
+  static const char *const names[] = {
+      "invalid",      "bool",           "uint8",           "int8",
+      "int16",        "int32",          "int64",           "float16",
+      "bfloat16",     "float32",        "float64",         "float8_e4m3fn",
+      "float8_e5m2",  "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
+      "complex64",    "complex128",     "uint16",          "uint32",
+      "uint64"};
+  return dtype < LOADPLAN_DTYPE_COUNT_ ? names[dtype] : "invalid";
+}
+
+StringRef loadplan::getKindName(loadplan_entry_kind_t kind) {
+  switch (kind) {
+  case LOADPLAN_KIND_DIRECT:
+    return "direct";
+  case LOADPLAN_KIND_FALLBACK:
+    return "fallback";
+  case LOADPLAN_KIND_UNNEEDED:
+    return "unneeded";
+  }
+  return "unknown";
+}
+
+int64_t PlanEntry::neededBytes() const {
+  int64_t elements = 0;
+  for (const PlanBox &b : boxes) {
+    int64_t n = 1;
+    for (auto [start, stop] : llvm::zip(b.starts, b.stops))
+      n *= stop - start;
+    elements += n;
+  }
+  return elements * static_cast<int64_t>(loadplan_dtype_size(dtype));
+}
+
+FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
+  Plan plan;
+  llvm::DenseMap<StringAttr, uint32_t> storageIndex, targetIndex;
+  for (auto storage : module.getOps<StorageOp>()) {
+    storageIndex[storage.getSymNameAttr()] = plan.storageSizes.size();
+    plan.storageSizes.push_back(storage.getSize());
+  }
+  uint64_t fingerprint = LOADPLAN_FNV1A64_INIT;
+  for (auto target : module.getOps<TargetOp>()) {
+    PlanTarget t;
+    t.module = target.getModule().str();
+    t.tensor = target.getTensor().str();
+    auto storage = storageIndex.find(target.getStorageAttr().getAttr());
+    if (storage == storageIndex.end())
+      return target.emitError("names no storage"), failure();
+    t.storage = storage->second;
+    t.byteOffset = target.getByteOffset();
+    t.dtype = getDtypeCode(target.getTensorType().getElementType());
+    if (t.dtype == LOADPLAN_DTYPE_INVALID)
+      return target.emitError("dtype has no plan code"), failure();
+    t.shape = llvm::to_vector(target.getTensorType().getShape());
+    t.stride = llvm::to_vector(target.getStride());
+    fingerprint = loadplan_fingerprint_target(
+        fingerprint, t.module.data(), t.module.size(), t.tensor.data(),
+        t.tensor.size(), t.storage, t.byteOffset, t.dtype, t.shape.size(),
+        t.shape.data(), t.stride.data());
+    targetIndex[target.getSymNameAttr()] = plan.targets.size();
+    plan.targets.push_back(std::move(t));
+  }
+  plan.fingerprint = fingerprint;
+
+  for (auto checkpoint : module.getOps<CheckpointOp>()) {
+    PlanEntry e;
+    e.name = checkpoint.getName().str();
+    RankedTensorType type = checkpoint.getTensorType();
+    e.dtype = getDtypeCode(type.getElementType());
+    if (e.dtype == LOADPLAN_DTYPE_INVALID)
+      return checkpoint.emitError("dtype has no plan code"), failure();
+    e.shape = llvm::to_vector(type.getShape());
+    Block &block = checkpoint.getBlock();
+    auto fallbacks = block.getOps<FallbackOp>();
+    if (!fallbacks.empty()) {
+      e.kind = LOADPLAN_KIND_FALLBACK;
+      e.reason = (*fallbacks.begin()).getReason().str();
+      PlanBox whole;
+      for (int64_t n : e.shape) {
+        whole.starts.push_back(0);
+        whole.stops.push_back(n);
+      }
+      e.boxes.push_back(std::move(whole));
+      plan.entries.push_back(std::move(e));
+      continue;
+    }
+    for (Operation &op : block) {
+      if (auto copy = dyn_cast<CopyOp>(op))
+        return copy.emitError("copy was not reduced to a write; run "
+                              "--loadplan-to-boxes first"),
+               failure();
+      auto write = dyn_cast<WriteOp>(op);
+      if (!write)
+        continue;
+      PlanBox box{llvm::to_vector(write.getBox().getStarts()),
+                  llvm::to_vector(write.getBox().getStops())};
+      auto it = llvm::find(e.boxes, box);
+      uint32_t boxIndex = it - e.boxes.begin();
+      if (it == e.boxes.end())
+        e.boxes.push_back(std::move(box));
+      RegionAttr r = write.getRegion();
+      e.writes.push_back(PlanWrite{targetIndex.lookup(write.getTargetAttr()
+                                                          .getAttr()),
+                                   boxIndex, r.getOffset(),
+                                   llvm::to_vector(r.getShape()),
+                                   llvm::to_vector(r.getStride())});
+    }
+    e.kind = e.writes.empty() ? LOADPLAN_KIND_UNNEEDED : LOADPLAN_KIND_DIRECT;
+    plan.entries.push_back(std::move(e));
+  }
+  return plan;
+}
+
+//===----------------------------------------------------------------------===//
+// Binary encoding
+//===----------------------------------------------------------------------===//
+
+namespace {
+class Writer {
+public:
+  std::string bytes;
+  void u8(uint8_t v) { bytes.push_back(static_cast<char>(v)); }
+  void u32(uint32_t v) {
+    for (int i = 0; i < 4; ++i)
+      u8(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void u64(uint64_t v) {
+    for (int i = 0; i < 8; ++i)
+      u8(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
+  void str(StringRef s) {
+    u32(s.size());
+    bytes.append(s.begin(), s.end());
+  }
+  void i64s(ArrayRef<int64_t> values) {
+    for (int64_t v : values)
+      i64(v);
+  }
+};
+} // namespace
+
+std::string loadplan::serializePlan(const Plan &plan) {
+  Writer p;
+  p.u32(plan.storageSizes.size());
+  for (int64_t size : plan.storageSizes)
+    p.u64(size);
+  p.u32(plan.targets.size());
+  for (const PlanTarget &t : plan.targets) {
+    p.str(t.module);
+    p.str(t.tensor);
+    p.u32(t.storage);
+    p.u64(t.byteOffset);
+    p.u32(t.dtype);
+    p.u32(t.shape.size());
+    p.i64s(t.shape);
+    p.i64s(t.stride);
+  }
+  p.u32(plan.entries.size());
+  for (const PlanEntry &e : plan.entries) {
+    p.str(e.name);
+    p.u8(e.kind);
+    p.u32(e.dtype);
+    p.u32(e.shape.size());
+    p.i64s(e.shape);
+    p.u8(e.reason.has_value());
+    if (e.reason)
+      p.str(*e.reason);
+    p.u32(e.boxes.size());
+    for (const PlanBox &b : e.boxes)
+      for (auto [start, stop] : llvm::zip(b.starts, b.stops)) {
+        p.i64(start);
+        p.i64(stop);
+      }
+    p.u32(e.writes.size());
+    for (const PlanWrite &w : e.writes) {
+      p.u32(w.target);
+      p.u32(w.box);
+      p.i64(w.offset);
+      p.u32(w.shape.size());
+      p.i64s(w.shape);
+      p.i64s(w.stride);
+    }
+  }
+  Writer h;
+  h.bytes.append(LOADPLAN_PLAN_MAGIC, LOADPLAN_PLAN_MAGIC_SIZE);
+  h.u32(LOADPLAN_PLAN_VERSION);
+  h.u32(LOADPLAN_PLAN_HEADER_SIZE);
+  h.u64(plan.fingerprint);
+  h.u64(p.bytes.size());
+  h.u64(loadplan_fnv1a64(LOADPLAN_FNV1A64_INIT, p.bytes.data(),
+                         p.bytes.size()));
+  return h.bytes + p.bytes;
+}
+
+//===----------------------------------------------------------------------===//
+// JSON and the report
+//===----------------------------------------------------------------------===//
+
+static std::string hex64(uint64_t v) {
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << llvm::format_hex_no_prefix(v, 16);
+  return out;
+}
+
+void loadplan::printPlanJson(const Plan &plan, raw_ostream &os) {
+  llvm::json::OStream j(os, /*IndentSize=*/2);
+  auto ints = [&](ArrayRef<int64_t> values) {
+    j.array([&] {
+      for (int64_t v : values)
+        j.value(v);
+    });
+  };
+  auto box = [&](const PlanBox &b) {
+    j.array([&] {
+      for (auto [start, stop] : llvm::zip(b.starts, b.stops))
+        j.array([&] {
+          j.value(start);
+          j.value(stop);
+        });
+    });
+  };
+  int64_t counts[3] = {0, 0, 0}, bytes[3] = {0, 0, 0}, writes = 0;
+  j.object([&] {
+    j.attribute("version", LOADPLAN_PLAN_VERSION);
+    j.attribute("fingerprint", hex64(plan.fingerprint));
+    j.attributeArray("targets", [&] {
+      for (const PlanTarget &t : plan.targets)
+        j.object([&] {
+          j.attribute("module", t.module);
+          j.attribute("tensor", t.tensor);
+          j.attribute("storage", t.storage);
+          j.attribute("byte_offset", t.byteOffset);
+          j.attributeBegin("shape");
+          ints(t.shape);
+          j.attributeEnd();
+          j.attributeBegin("stride");
+          ints(t.stride);
+          j.attributeEnd();
+          j.attribute("dtype", getDtypeCodeName(t.dtype));
+        });
+    });
+    j.attributeObject("entries", [&] {
+      for (const PlanEntry &e : plan.entries) {
+        counts[e.kind] += 1;
+        bytes[e.kind] += e.neededBytes();
+        writes += e.writes.size();
+        j.attributeObject(e.name, [&] {
+          j.attribute("kind", getKindName(e.kind));
+          j.attribute("dtype", getDtypeCodeName(e.dtype));
+          j.attributeBegin("shape");
+          ints(e.shape);
+          j.attributeEnd();
+          if (e.reason)
+            j.attribute("reason", *e.reason);
+          else
+            j.attribute("reason", nullptr);
+          j.attributeArray("boxes", [&] {
+            for (const PlanBox &b : e.boxes)
+              box(b);
+          });
+          j.attributeArray("writes", [&] {
+            for (const PlanWrite &w : e.writes)
+              j.object([&] {
+                j.attribute("target", w.target);
+                j.attributeBegin("box");
+                box(e.boxes[w.box]);
+                j.attributeEnd();
+                j.attributeObject("region", [&] {
+                  j.attribute("offset", w.offset);
+                  j.attributeBegin("shape");
+                  ints(w.shape);
+                  j.attributeEnd();
+                  j.attributeBegin("stride");
+                  ints(w.stride);
+                  j.attributeEnd();
+                });
+              });
+          });
+        });
+      }
+    });
+    j.attributeObject("stats", [&] {
+      j.attribute("names", static_cast<int64_t>(plan.entries.size()));
+      j.attribute("direct", counts[LOADPLAN_KIND_DIRECT]);
+      j.attribute("fallback", counts[LOADPLAN_KIND_FALLBACK]);
+      j.attribute("unneeded", counts[LOADPLAN_KIND_UNNEEDED]);
+      j.attribute("direct_bytes", bytes[LOADPLAN_KIND_DIRECT]);
+      j.attribute("fallback_bytes", bytes[LOADPLAN_KIND_FALLBACK]);
+      j.attribute("writes", writes);
+      j.attribute("targets", static_cast<int64_t>(plan.targets.size()));
+    });
+  });
+  os << "\n";
+}
+
+void loadplan::printPlanReport(const Plan &plan, raw_ostream &os,
+                               double seconds) {
+  int64_t counts[3] = {0, 0, 0}, bytes[3] = {0, 0, 0};
+  llvm::MapVector<StringRef, SmallVector<StringRef>> byReason;
+  for (const PlanEntry &e : plan.entries) {
+    counts[e.kind] += 1;
+    bytes[e.kind] += e.neededBytes();
+    if (e.reason)
+      byReason[*e.reason].push_back(e.name);
+  }
+  for (auto &[reason, names] : byReason) {
+    os << "load plan: " << names.size() << " fallback names, e.g. [";
+    for (size_t i = 0; i < std::min<size_t>(3, names.size()); ++i)
+      os << (i ? ", '" : "'") << names[i] << "'";
+    os << "]: " << reason << "\n";
+  }
+  auto mib = [](int64_t b) { return llvm::format("%.1f", b / 1048576.0); };
+  os << "load plan: " << plan.entries.size() << " names: "
+     << counts[LOADPLAN_KIND_DIRECT] << " direct ("
+     << mib(bytes[LOADPLAN_KIND_DIRECT]) << " MiB), "
+     << counts[LOADPLAN_KIND_FALLBACK] << " fallback ("
+     << mib(bytes[LOADPLAN_KIND_FALLBACK]) << " MiB), "
+     << counts[LOADPLAN_KIND_UNNEEDED]
+     << " not needed on this rank; compiled in "
+     << llvm::format("%.3f", seconds) << " s\n";
+}
+
+static std::chrono::steady_clock::time_point &compileStart() {
+  static std::chrono::steady_clock::time_point start =
+      std::chrono::steady_clock::now();
+  return start;
+}
+
+void loadplan::markCompileStart() {
+  compileStart() = std::chrono::steady_clock::now();
+}
+
+double loadplan::secondsSinceCompileStart() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                       compileStart())
+      .count();
+}
