@@ -4,6 +4,7 @@
 #include "loadplan/Dialect/LoadPlan/IR/Geometry.h"
 
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseMap.h"
 
 #include <algorithm>
 
@@ -59,8 +60,14 @@ void loadplan::appendByteRuns(int64_t byteOffset, ArrayRef<int64_t> shape,
 void loadplan::collectStorageWrites(ModuleOp module, int64_t maxRuns,
                                     bool withConstants,
                                     SmallVectorImpl<CheckpointOp> &checkpoints,
+                                    SmallVectorImpl<StorageOp> &storages,
                                     SmallVectorImpl<StorageWrite> &out) {
   SymbolTable symbols(module);
+  llvm::DenseMap<StringAttr, unsigned> storageIndex;
+  for (auto storage : module.getOps<StorageOp>()) {
+    storageIndex[storage.getSymNameAttr()] = storages.size();
+    storages.push_back(storage);
+  }
   SmallVector<ByteRun> runs;
   auto add = [&](FlatSymbolRefAttr targetRef, int64_t offset,
                  ArrayRef<int64_t> shape, ArrayRef<int64_t> stride,
@@ -68,11 +75,14 @@ void loadplan::collectStorageWrites(ModuleOp module, int64_t maxRuns,
     auto target = symbols.lookup<TargetOp>(targetRef.getAttr());
     if (!target || itemSize == 0)
       return;
+    auto storage = storageIndex.find(target.getStorageAttr().getAttr());
+    if (storage == storageIndex.end())
+      return;
     runs.clear();
     appendByteRuns(target.getByteOffset() + offset * itemSize, shape, stride,
                    itemSize, maxRuns, runs);
     for (ByteRun r : runs)
-      out.push_back({target.getStorageAttr().getAttr(), r, index});
+      out.push_back({storage->second, r, index});
   };
   for (auto checkpoint : module.getOps<CheckpointOp>()) {
     unsigned index = checkpoints.size();

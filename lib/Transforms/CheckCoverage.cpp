@@ -47,14 +47,18 @@ static void normalize(SmallVectorImpl<ByteRun> &runs) {
 void CheckCoveragePass::runOnOperation() {
   ModuleOp module = getOperation();
   SmallVector<CheckpointOp> checkpoints;
+  SmallVector<StorageOp> storages;
   SmallVector<StorageWrite> writes;
   collectStorageWrites(module, maxRuns, /*withConstants=*/true, checkpoints,
-                       writes);
-  llvm::DenseMap<StringAttr, SmallVector<ByteRun>> covered;
+                       storages, writes);
+  std::vector<SmallVector<ByteRun>> covered(storages.size());
   for (const StorageWrite &w : writes)
     covered[w.storage].push_back(w.run);
-  for (auto &entry : covered)
-    normalize(entry.second);
+  for (SmallVector<ByteRun> &runs : covered)
+    normalize(runs);
+  llvm::DenseMap<StringAttr, unsigned> storageIndex;
+  for (auto [index, storage] : llvm::enumerate(storages))
+    storageIndex[storage.getSymNameAttr()] = index;
 
   SmallVector<ByteRun> own;
   for (auto target : module.getOps<TargetOp>()) {
@@ -64,7 +68,10 @@ void CheckCoveragePass::runOnOperation() {
                    target.getStride(), target.getItemSize(),
                    std::max<int64_t>(maxRuns, 1) * 16, own);
     normalize(own);
-    ArrayRef<ByteRun> cover = covered[target.getStorageAttr().getAttr()];
+    auto storage = storageIndex.find(target.getStorageAttr().getAttr());
+    if (storage == storageIndex.end())
+      continue; // the verifier reports targets without a storage
+    ArrayRef<ByteRun> cover = covered[storage->second];
     int64_t missing = 0;
     std::optional<ByteRun> firstGap;
     size_t c = 0;

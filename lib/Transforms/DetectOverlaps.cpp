@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <queue>
+#include <tuple>
 
 namespace mlir {
 namespace loadplan {
@@ -35,15 +36,14 @@ struct DetectOverlapsPass
 void DetectOverlapsPass::runOnOperation() {
   ModuleOp module = getOperation();
   SmallVector<CheckpointOp> checkpoints;
+  SmallVector<StorageOp> storages;
   SmallVector<StorageWrite> writes;
   collectStorageWrites(module, maxRuns, /*withConstants=*/false, checkpoints,
-                       writes);
+                       storages, writes);
   // By storage, then by first byte.
   std::sort(writes.begin(), writes.end(),
             [](const StorageWrite &a, const StorageWrite &b) {
-              if (a.storage != b.storage)
-                return a.storage.getValue() < b.storage.getValue();
-              return a.run < b.run;
+              return std::tie(a.storage, a.run) < std::tie(b.storage, b.run);
             });
 
   // overlapWith[i]: the checkpoint whose bytes checkpoint i meets first.

@@ -25,17 +25,19 @@ void appendByteRuns(int64_t byteOffset, ArrayRef<int64_t> shape,
 
 /// One write's bytes in a storage, attributed to a checkpoint.
 struct StorageWrite {
-  StringAttr storage;
+  unsigned storage;    // index of the loadplan.storage in module order
   ByteRun run;
-  unsigned checkpoint; // index in module order
+  unsigned checkpoint; // index of the checkpoint in module order
 };
 
-/// Visits the bytes each checkpoint writes, by storage: its writes, the
+/// Collects the bytes each checkpoint writes, by storage: its writes, the
 /// copies that stayed (refused ones) and, with `withConstants`, constant
-/// writes. Checkpoints whose loader stopped write nothing.
+/// writes. Checkpoints whose loader stopped write nothing. Fills
+/// `checkpoints` and `storages` in module order (the indices of `out`).
 void collectStorageWrites(ModuleOp module, int64_t maxRuns,
                           bool withConstants,
                           SmallVectorImpl<CheckpointOp> &checkpoints,
+                          SmallVectorImpl<StorageOp> &storages,
                           SmallVectorImpl<StorageWrite> &out);
 
 } // namespace loadplan
