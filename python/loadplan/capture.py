@@ -35,7 +35,7 @@ on the text) decides what is direct and why the rest falls back.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -929,15 +929,19 @@ class Capture:
     targets: Targets
 
 
-def capture(model: torch.nn.Module, metas: Mapping[str, Any]) -> Capture:
-    """Runs ``model.load_weights`` over one trace per name in ``metas``
-    (name -> object with ``shape`` and ``dtype``, in arrival order) and
-    returns the captured IR.
+def capture(model: torch.nn.Module, metadata: Mapping[str, Any] | Iterable[Any]) -> Capture:
+    """Runs ``model.load_weights`` over one trace per declared name and
+    returns the captured IR. ``metadata`` is ``ParamMeta``s in arrival order
+    (or a mapping from name to them); ``plan_loads`` checks it first.
 
     Raises:
         RuntimeError: the loader failed, or used a trace it kept across
             names or after planning.
     """
+    if isinstance(metadata, Mapping):
+        metas = dict(metadata)
+    else:
+        metas = {meta.name: meta for meta in metadata}
     targets = Targets(model)
     sink = _Sink(targets, metas)
     names = list(metas)
