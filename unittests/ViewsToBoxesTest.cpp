@@ -1,0 +1,139 @@
+//===- ViewsToBoxesTest.cpp - View chains through the passes --------------===//
+//
+// Property test of --loadplan-fold-views and --loadplan-to-boxes together:
+// random view chains printed as loadplan IR, copied into a random contiguous
+// or permuted destination, compiled by the passes; the write they produce is
+// checked against an element-by-element evaluation of the chain, and a
+// fallback against what the copy really is.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ViewChain.h"
+
+#include "loadplan/Dialect/LoadPlan/IR/LoadPlanDialect.h"
+#include "loadplan/Dialect/LoadPlan/IR/LoadPlanOps.h"
+#include "loadplan/Transforms/Passes.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+
+#include "gtest/gtest.h"
+
+#include <random>
+#include <set>
+#include <sstream>
+
+using namespace mlir;
+using namespace mlir::loadplan;
+using namespace loadplan_test;
+
+namespace {
+
+TEST(ViewsToBoxes, RandomChainsThroughPasses) {
+  MLIRContext ctx;
+  ctx.loadDialect<LoadPlanDialect>();
+  std::mt19937_64 rng(propertySeed(3));
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  int writes = 0, fallbacks = 0, lost = 0;
+  for (int iter = 0, n = propertyIterations(10000); iter < n; ++iter) {
+    Ints ckptShape;
+    for (int64_t d = 0, rank = pick(0, 4); d < rank; ++d)
+      ckptShape.push_back(pick(1, 5));
+    Chain chain(rng, ckptShape);
+    for (int64_t s = 0, steps = pick(0, 6); s < steps && !chain.lost; ++s)
+      chain.step(/*allowCopies=*/true);
+    if (HasFailure())
+      return;
+
+    // The copy: into the view's shape, or (as copy_ allows with as many
+    // elements) another shape it is reshaped to.
+    Ints copyShape = chain.ref.shape;
+    if (pick(0, 4) == 0 && !chain.ref.at.empty()) {
+      int64_t numel = chain.ref.at.size();
+      copyShape = {numel};
+      if (numel % 2 == 0 && pick(0, 1))
+        copyShape = {2, numel / 2};
+    }
+    Ints dstStride = randomDestination(rng, copyShape);
+    int64_t offset = pick(0, 5);
+    int64_t extent = 1;
+    for (auto [n, s] : llvm::zip(copyShape, dstStride))
+      extent += (n - 1) * s;
+
+    std::ostringstream ir;
+    ir << "module {\n  loadplan.storage @s size " << 2 * (offset + extent)
+       << "\n  loadplan.target @t module \"m\" tensor \"t\" storage @s "
+          "byte_offset 0 stride [1] : tensor<"
+       << offset + extent << "xbf16>\n  loadplan.checkpoint \"w\" : "
+       << tensorType(ckptShape) << " (%w) {\n"
+       << chain.ir << "    loadplan.copy " << chain.value
+       << " to @t <offset = " << offset << ", shape = " << str(copyShape)
+       << ", stride = " << str(dstStride) << "> as bf16 : "
+       << tensorType(chain.ref.shape) << "\n  }\n}\n";
+    std::string context = chain.log.str() + " -> copy " + str(copyShape) +
+                          " stride " + str(dstStride) + "\n" + ir.str();
+
+    OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(ir.str(), &ctx);
+    ASSERT_TRUE(module) << context;
+    PassManager pm(&ctx);
+    pm.addNestedPass<CheckpointOp>(createFoldViews());
+    pm.addPass(createToBoxes());
+    ASSERT_TRUE(succeeded(pm.run(*module))) << context;
+    auto checkpoint = *module->getOps<CheckpointOp>().begin();
+    Block &block = checkpoint.getBlock();
+
+    Elements copied = reshapeElements(chain.ref, copyShape);
+    std::vector<int64_t> dst = elementsOf(offset, copyShape, dstStride);
+    auto fallbackOps = block.getOps<FallbackOp>();
+    auto writeOps = block.getOps<WriteOp>();
+    if (fallbackOps.empty()) {
+      ASSERT_EQ(std::distance(writeOps.begin(), writeOps.end()), 1)
+          << context;
+      WriteOp w = *writeOps.begin();
+      EXPECT_FALSE(chain.lost) << context;
+      EXPECT_TRUE(checkWrite(ckptShape, copied.at, dst, w.getBox().getStarts(),
+                             w.getBox().getStops(), w.getRegion().getOffset(),
+                             w.getRegion().getShape(),
+                             w.getRegion().getStride()))
+          << context;
+      ++writes;
+    } else {
+      ASSERT_TRUE(writeOps.empty()) << context;
+      ++fallbacks;
+      std::string reason = (*fallbackOps.begin()).getReason().str();
+      if (chain.lost) {
+        ++lost;
+        EXPECT_EQ(StringRef(reason).substr(0, 9), "reshapes ")
+            << context << reason;
+      } else if (reason == "copy_ with a reshape that is not a view") {
+        Strided view = chain.layout;
+        std::string why;
+        EXPECT_NE(copyShape, chain.ref.shape) << context;
+        EXPECT_TRUE(failed(applyView(view, copyShape, why))) << context;
+      } else {
+        static const std::set<std::string> reasons = {
+            "repeats source elements (expand or broadcast)",
+            "source slice is not a box",
+            "source slice has a step or is not a box"};
+        EXPECT_TRUE(reasons.count(reason)) << context << reason;
+        // Without a reshape that merges dims, a copy of a box is a write.
+        EXPECT_FALSE(!chain.merged && copyShape == chain.ref.shape &&
+                     !hasRepeats(copied.at) && isBox(copied.at, ckptShape))
+            << context << reason;
+      }
+    }
+    if (HasFailure())
+      return;
+  }
+  RecordProperty("writes", writes);
+  RecordProperty("fallbacks", fallbacks);
+  RecordProperty("lost", lost);
+  EXPECT_GT(writes, 3000);
+  EXPECT_GT(fallbacks, 300);
+  EXPECT_GT(lost, 30);
+}
+
+} // namespace
