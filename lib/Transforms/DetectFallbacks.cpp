@@ -184,9 +184,10 @@ void DetectFallbacksPass::runOnOperation() {
     Block &block = checkpoint.getBlock();
     for (Operation &op : llvm::make_early_inc_range(block)) {
       // Events are now reasons; a stopped loader's writes never happen.
-      if (isa<FallbackOp, ValueReadOp, MetaFailureOp, ReadTargetOp,
-              InplaceWriteOp, WriteOtherOp>(op) ||
-          (s.stop && isa<WriteOp, CopyOp>(op)))
+      // Other writes stay: they show that the name wrote, so this pass finds
+      // the same names lonely when it runs on its own output.
+      if (isa<FallbackOp, ValueReadOp, MetaFailureOp, ReadTargetOp>(op) ||
+          (s.stop && isa<WriteOp, CopyOp, InplaceWriteOp, WriteOtherOp>(op)))
         op.erase();
     }
     if (!s.hasReason)

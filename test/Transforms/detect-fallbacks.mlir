@@ -1,4 +1,6 @@
 // RUN: loadplan-opt --loadplan-fold-views --loadplan-to-boxes --loadplan-detect-fallbacks --split-input-file --verify-diagnostics %s | FileCheck %s
+// The pass finds the same on its own output (no name turns lonely there).
+// RUN: loadplan-opt --loadplan-fold-views --loadplan-to-boxes --loadplan-detect-fallbacks --split-input-file --verify-diagnostics %s | loadplan-opt --loadplan-detect-fallbacks --split-input-file | FileCheck %s
 
 // Each name gets at most one loadplan.fallback, first in its body, with the
 // reason of its first event; events are then erased.
@@ -20,10 +22,10 @@ module {
   }
   // CHECK-LABEL: loadplan.checkpoint "meta_failure"
   // CHECK-NEXT:    loadplan.fallback "aten.nonzero fails on meta" stop
-  // CHECK-NOT:     loadplan.write
-  // CHECK:       }
+  // CHECK-NEXT:  }
   loadplan.checkpoint "meta_failure" : tensor<8xbf16> (%w) {
     loadplan.copy %w to @p <offset = 8, shape = [8], stride = [1]> as bf16 : tensor<8xbf16>
+    loadplan.inplace_write "aten.add_" (%w) into @p : tensor<8xbf16>
     loadplan.meta_failure "aten.nonzero" (%w) : tensor<8xbf16>
   }
   // A stop wins over an earlier reason that did not stop the loader.
@@ -61,17 +63,18 @@ module {
   loadplan.checkpoint "cast_at_copy" : tensor<8xbf16> (%w) {
     loadplan.copy %w to @p <offset = 16, shape = [8], stride = [1]> as f8E4M3FN : tensor<8xbf16>
   }
+  // The write stays: it shows that the name wrote (it is not lonely).
   // CHECK-LABEL: loadplan.checkpoint "inplace_write"
   // CHECK-NEXT:    loadplan.fallback "writes it without Tensor.copy_ (aten.add_)"{{$}}
-  // CHECK-NOT:     loadplan.inplace_write
-  // CHECK:       }
+  // CHECK-NEXT:    loadplan.inplace_write "aten.add_"
+  // CHECK-NEXT:  }
   loadplan.checkpoint "inplace_write" : tensor<8xbf16> (%w) {
     loadplan.inplace_write "aten.add_" (%w) into @p : tensor<8xbf16>
   }
   // CHECK-LABEL: loadplan.checkpoint "write_other"
   // CHECK-NEXT:    loadplan.fallback "copies into a tensor that is not a checkpoint tensor"{{$}}
-  // CHECK-NOT:     loadplan.write_other
-  // CHECK:       }
+  // CHECK-NEXT:    loadplan.write_other "aten.copy_"
+  // CHECK-NEXT:  }
   loadplan.checkpoint "write_other" : tensor<8xbf16> (%w) {
     loadplan.write_other "aten.copy_" (%w) : tensor<8xbf16>
   }

@@ -10,6 +10,7 @@
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
@@ -27,6 +28,28 @@ int64_t loadplan::numElements(ArrayRef<int64_t> shape) {
   for (int64_t d : shape)
     n *= d;
   return n;
+}
+
+bool loadplan::fitsInt64(ArrayRef<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    if (llvm::MulOverflow(n, std::max<int64_t>(d, 1), n))
+      return false;
+  return true;
+}
+
+std::optional<int64_t> loadplan::checkedExtent(ArrayRef<int64_t> shape,
+                                               ArrayRef<int64_t> stride) {
+  if (llvm::is_contained(shape, 0))
+    return 0;
+  int64_t last = 0, step;
+  for (auto [n, s] : llvm::zip(shape, stride))
+    if (llvm::MulOverflow(n - 1, s, step) ||
+        llvm::AddOverflow(last, step, last))
+      return std::nullopt;
+  if (llvm::AddOverflow(last, int64_t(1), last))
+    return std::nullopt;
+  return last;
 }
 
 Strided Strided::contiguous(ArrayRef<int64_t> shape) {
@@ -82,8 +105,11 @@ LogicalResult loadplan::applySlice(Strided &s, int64_t dim, int64_t start,
   start = std::clamp<int64_t>(start, 0, size);
   end = std::clamp<int64_t>(end, start, size);
   s.offset += start * s.stride[*d];
-  s.shape[*d] = (end - start + step - 1) / step;
-  s.stride[*d] *= step;
+  // ceil((end - start) / step) without overflowing for a huge step; a step
+  // past the last element leaves one element, whose stride does not matter.
+  s.shape[*d] = end > start ? (end - start - 1) / step + 1 : 0;
+  if (s.shape[*d] > 1)
+    s.stride[*d] *= step;
   return success();
 }
 
@@ -183,12 +209,17 @@ LogicalResult loadplan::applyExpand(Strided &s, ArrayRef<int64_t> shape,
 LogicalResult loadplan::applyUnsqueeze(Strided &s, int64_t dim,
                                        std::string &why) {
   int64_t rank = s.shape.size();
-  FailureOr<int64_t> d = wrapDim(dim, rank + 1, why);
-  if (failed(d))
+  // The new dim may also go after the last one: [-rank - 1, rank].
+  if (dim < -rank - 1 || dim > rank) {
+    why = str("unsqueeze dim " + llvm::Twine(dim) + " is out of range [" +
+              llvm::Twine(-rank - 1) + ", " + llvm::Twine(rank) +
+              "] for a tensor of " + llvm::Twine(rank) + " dims");
     return failure();
-  int64_t stride = *d < rank ? s.shape[*d] * s.stride[*d] : 1;
-  s.shape.insert(s.shape.begin() + *d, 1);
-  s.stride.insert(s.stride.begin() + *d, stride);
+  }
+  int64_t d = dim < 0 ? dim + rank + 1 : dim;
+  int64_t stride = d < rank ? s.shape[d] * s.stride[d] : 1;
+  s.shape.insert(s.shape.begin() + d, 1);
+  s.stride.insert(s.stride.begin() + d, stride);
   return success();
 }
 

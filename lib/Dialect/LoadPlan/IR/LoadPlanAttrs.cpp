@@ -11,6 +11,9 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/MathExtras.h"
+
+#include <limits>
 
 using namespace mlir;
 using namespace mlir::loadplan;
@@ -91,18 +94,21 @@ verifyStrided(function_ref<InFlightDiagnostic()> emitError, StringRef what,
     if (s < 0)
       return emitError() << what << " stride of dim " << k
                          << " must be non-negative, got " << s;
+  // Past this check, element counts, extents and offset + extent fit in
+  // int64_t.
+  std::optional<int64_t> extent = checkedExtent(shape, stride);
+  int64_t end;
+  if (!fitsInt64(shape) || !extent || llvm::AddOverflow(offset, *extent, end))
+    return emitError() << what << " reaches past element "
+                       << std::numeric_limits<int64_t>::max();
   return success();
 }
 
+/// The extent of a verified layout or region.
 static int64_t stridedExtent(ArrayRef<int64_t> shape,
                              ArrayRef<int64_t> stride) {
-  int64_t last = 0;
-  for (auto [n, s] : llvm::zip(shape, stride)) {
-    if (n == 0)
-      return 0;
-    last += (n - 1) * s;
-  }
-  return last + 1;
+  return checkedExtent(shape, stride)
+      .value_or(std::numeric_limits<int64_t>::max());
 }
 
 //===----------------------------------------------------------------------===//
@@ -191,8 +197,12 @@ Attribute BoxAttr::parse(AsmParser &parser, Type) {
     stops.push_back(range[1]);
     return success();
   };
-  if (parser.parseCommaSeparatedList(AsmParser::Delimiter::LessGreater,
-                                     parseRange))
+  // `<` is parsed by hand: Delimiter::LessGreater reports a missing `<` but
+  // still succeeds, which would turn `#loadplan.box` into an empty box.
+  if (parser.parseLess())
+    return {};
+  if (failed(parser.parseOptionalGreater()) &&
+      (parser.parseCommaSeparatedList(parseRange) || parser.parseGreater()))
     return {};
   return parser.getChecked<BoxAttr>(parser.getContext(), starts, stops);
 }
@@ -218,6 +228,12 @@ LogicalResult BoxAttr::verify(function_ref<InFlightDiagnostic()> emitError,
       return emitError() << "box range of dim " << k << " must satisfy 0 <= "
                          << "start <= stop, got [" << start << ", " << stop
                          << "]";
+  SmallVector<int64_t> shape;
+  for (auto [start, stop] : llvm::zip(starts, stops))
+    shape.push_back(stop - start);
+  if (!fitsInt64(shape))
+    return emitError() << "box has more than "
+                       << std::numeric_limits<int64_t>::max() << " elements";
   return success();
 }
 

@@ -11,6 +11,9 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/TypeUtilities.h"
+#include "llvm/Support/MathExtras.h"
+
+#include <limits>
 
 using namespace mlir;
 using namespace mlir::loadplan;
@@ -35,24 +38,33 @@ static TargetOp lookupTarget(Operation *op, FlatSymbolRefAttr ref,
   return target;
 }
 
-/// Checks that bytes [start, start + length) relative to `target`'s first
-/// byte lie inside its storage.
+/// Checks that elements [offset, offset + extent) of `itemSize` bytes each,
+/// relative to `target`'s first byte, lie inside its storage.
 static LogicalResult checkInStorage(Operation *op, TargetOp target,
-                                    int64_t start, int64_t length,
+                                    int64_t offset, int64_t extent,
+                                    int64_t itemSize,
                                     SymbolTableCollection &symbols,
                                     StringRef what) {
-  if (length == 0)
+  if (extent == 0)
     return success();
   auto storage =
       symbols.lookupNearestSymbolFrom<StorageOp>(target, target.getStorageAttr());
   if (!storage)
     return success(); // the target's own verifier reports it
-  int64_t first = target.getByteOffset() + start;
-  if (first < 0 || first + length > storage.getSize())
+  int64_t size = storage.getSizeAttr().getInt();
+  int64_t first, length, end;
+  if (llvm::MulOverflow(offset, itemSize, first) ||
+      llvm::AddOverflow(first, target.getByteOffsetAttr().getInt(), first) ||
+      llvm::MulOverflow(extent, itemSize, length) ||
+      llvm::AddOverflow(first, length, end))
     return op->emitOpError()
-           << what << " covers bytes [" << first << ", " << first + length
-           << ") of storage @" << storage.getSymName() << ", which has "
-           << storage.getSize() << " bytes";
+           << what << " reaches past byte "
+           << std::numeric_limits<int64_t>::max() << " of storage @"
+           << storage.getSymName() << ", which has " << size << " bytes";
+  if (end > size)
+    return op->emitOpError() << what << " covers bytes [" << first << ", "
+                             << end << ") of storage @" << storage.getSymName()
+                             << ", which has " << size << " bytes";
   return success();
 }
 
@@ -98,8 +110,10 @@ verifyView(Operation *op, Value input, Value result,
 //===----------------------------------------------------------------------===//
 
 LogicalResult StorageOp::verify() {
-  if (getSize() < 0)
-    return emitOpError() << "size must be non-negative, got " << getSize();
+  // I64Attr getters return uint64_t: read the signed value to check it.
+  int64_t size = getSizeAttr().getInt();
+  if (size < 0)
+    return emitOpError() << "size must be non-negative, got " << size;
   return success();
 }
 
@@ -107,15 +121,18 @@ int64_t TargetOp::getItemSize() {
   return loadplan::getItemSize(getTensorType().getElementType());
 }
 
+/// The byte extent of a target, or std::nullopt when it overflows int64_t.
+static std::optional<int64_t> checkedByteExtent(TargetOp target) {
+  std::optional<int64_t> extent =
+      checkedExtent(target.getTensorType().getShape(), target.getStride());
+  int64_t bytes;
+  if (!extent || llvm::MulOverflow(*extent, target.getItemSize(), bytes))
+    return std::nullopt;
+  return bytes;
+}
+
 int64_t TargetOp::getByteExtent() {
-  RankedTensorType type = getTensorType();
-  int64_t last = 0;
-  for (auto [n, s] : llvm::zip(type.getShape(), getStride())) {
-    if (n == 0)
-      return 0;
-    last += (n - 1) * s;
-  }
-  return (last + 1) * getItemSize();
+  return checkedByteExtent(*this).value_or(std::numeric_limits<int64_t>::max());
 }
 
 LogicalResult TargetOp::verify() {
@@ -130,13 +147,17 @@ LogicalResult TargetOp::verify() {
     if (s < 0)
       return emitOpError() << "stride of dim " << k
                            << " must be non-negative, got " << s;
-  if (getByteOffset() < 0)
+  int64_t byteOffset = getByteOffsetAttr().getInt();
+  if (byteOffset < 0)
     return emitOpError() << "byte_offset must be non-negative, got "
-                         << getByteOffset();
-  if (getByteOffset() % getItemSize())
-    return emitOpError() << "byte_offset " << getByteOffset()
+                         << byteOffset;
+  if (byteOffset % getItemSize())
+    return emitOpError() << "byte_offset " << byteOffset
                          << " is not a multiple of its element size "
                          << getItemSize();
+  if (!checkedByteExtent(*this))
+    return emitOpError() << "spans more than "
+                         << std::numeric_limits<int64_t>::max() << " bytes";
   return success();
 }
 
@@ -146,11 +167,17 @@ LogicalResult TargetOp::verifySymbolUses(SymbolTableCollection &symbols) {
   if (!storage)
     return emitOpError() << getStorageAttr()
                          << " does not name a loadplan.storage";
-  int64_t end = getByteOffset() + getByteExtent();
-  if (getByteExtent() > 0 && end > storage.getSize())
+  int64_t size = storage.getSizeAttr().getInt();
+  int64_t end;
+  if (llvm::AddOverflow(getByteOffsetAttr().getInt(), getByteExtent(), end))
+    return emitOpError() << "ends past byte "
+                         << std::numeric_limits<int64_t>::max()
+                         << " of storage @" << storage.getSymName()
+                         << ", which has " << size << " bytes";
+  if (getByteExtent() > 0 && end > size)
     return emitOpError() << "ends at byte " << end << " of storage @"
-                         << storage.getSymName() << ", which has "
-                         << storage.getSize() << " bytes";
+                         << storage.getSymName() << ", which has " << size
+                         << " bytes";
   return success();
 }
 
@@ -193,8 +220,10 @@ void CheckpointOp::print(OpAsmPrinter &p) {
   p.printOptionalAttrDictWithKeyword((*this)->getAttrs(),
                                      {getNameAttrName(), getTypeAttrName()});
   p << ' ';
+  // The entry block always exists (the parser creates it with the incoming
+  // tensor), so an empty one prints as `{}` and parses back the same.
   p.printRegion(getBody(), /*printEntryBlockArgs=*/false,
-                /*printBlockTerminators=*/false, /*printEmptyBlock=*/true);
+                /*printBlockTerminators=*/false, /*printEmptyBlock=*/false);
 }
 
 void CheckpointOp::getAsmBlockArgumentNames(Region &region,
@@ -372,11 +401,9 @@ LogicalResult CopyOp::verifySymbolUses(SymbolTableCollection &symbols) {
   TargetOp target = lookupTarget(*this, getTargetAttr(), symbols);
   if (!target)
     return failure();
-  int64_t size = getItemSize(getDtype());
   LayoutAttr dest = getDest();
-  return checkInStorage(*this, target, dest.getOffset() * size,
-                        dest.getNumElements() ? dest.getExtent() * size : 0,
-                        symbols, "destination");
+  return checkInStorage(*this, target, dest.getOffset(), dest.getExtent(),
+                        getItemSize(getDtype()), symbols, "destination");
 }
 
 LogicalResult ConvertOp::verify() {
@@ -405,8 +432,7 @@ ConstantWriteOp::verifySymbolUses(SymbolTableCollection &symbols) {
   if (size == 0)
     return emitOpError() << "dtype " << getDtype() << " has no byte size";
   LayoutAttr dest = getDest();
-  return checkInStorage(*this, target, dest.getOffset() * size,
-                        dest.getNumElements() ? dest.getExtent() * size : 0,
+  return checkInStorage(*this, target, dest.getOffset(), dest.getExtent(), size,
                         symbols, "destination");
 }
 
@@ -438,8 +464,6 @@ LogicalResult WriteOp::verifySymbolUses(SymbolTableCollection &symbols) {
   auto checkpoint = (*this)->getParentOfType<CheckpointOp>();
   int64_t size = getItemSize(checkpoint.getTensorType().getElementType());
   RegionAttr region = getRegion();
-  return checkInStorage(*this, target, region.getOffset() * size,
-                        region.getNumElements() ? region.getExtent() * size
-                                                : 0,
-                        symbols, "region");
+  return checkInStorage(*this, target, region.getOffset(), region.getExtent(),
+                        size, symbols, "region");
 }

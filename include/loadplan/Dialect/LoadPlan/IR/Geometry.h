@@ -13,6 +13,7 @@
 #include "mlir/Support/LLVM.h"
 #include "llvm/ADT/SmallVector.h"
 
+#include <optional>
 #include <string>
 
 namespace mlir {
@@ -35,6 +36,16 @@ struct Strided {
 SmallVector<int64_t> contiguousStrides(ArrayRef<int64_t> shape);
 /// Product of `shape` (1 for a 0-d shape).
 int64_t numElements(ArrayRef<int64_t> shape);
+
+/// Whether index arithmetic on `shape` cannot overflow int64_t: the product
+/// of its sizes, with sizes of 0 counted as 1 as contiguous strides count
+/// them, fits. Verifiers reject other shapes so that the rest need not check.
+bool fitsInt64(ArrayRef<int64_t> shape);
+/// One past the largest element index the layout of `shape` and `stride`
+/// (non-negative) reaches from its start, 0 when it has no element, or
+/// std::nullopt when that overflows int64_t.
+std::optional<int64_t> checkedExtent(ArrayRef<int64_t> shape,
+                                     ArrayRef<int64_t> stride);
 
 /// torch's dim wrapping: `dim` in [-rank, rank) (a 0-d tensor has rank 1 for
 /// this purpose). Fails with a message in `why`.

@@ -16,8 +16,15 @@ include "mlir/IR/SymbolInterfaces.td"
 include "mlir/IR/RegionKindInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
-// A trace: the value of an incoming checkpoint tensor or a view of one.
-def LoadPlan_Trace : StaticShapeTensorOf<[AnyType]>;
+// A trace: the value of an incoming checkpoint tensor or a view of one. Its
+// element count and contiguous strides fit in int64_t, so that index
+// arithmetic on its shape cannot overflow.
+def LoadPlan_Trace : Type<
+    And<[StaticShapeTensorOf<[AnyType]>.predicate,
+         CPred<"::mlir::loadplan::fitsInt64("
+               "::llvm::cast<::mlir::ShapedType>($_self).getShape())">]>,
+    "statically shaped tensor of fewer than 2^63 elements",
+    "::mlir::TensorType">;
 
 //===----------------------------------------------------------------------===//
 // Declarations
