@@ -13,6 +13,7 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/MathExtras.h"
 
 namespace mlir {
 namespace loadplan {
@@ -96,7 +97,20 @@ static FailureOr<Known> foldOne(Operation *op, const Known &in,
               }
               base = *in.cloneBase;
             }
-            s.offset = base + l.getOffset();
+            // torch refuses an as_strided past its input's storage (the
+            // checkpoint tensor); so does the fold, before offsets overflow.
+            int64_t numel = v->getParentOfType<CheckpointOp>()
+                                .getTensorType()
+                                .getNumElements();
+            int64_t offset, end;
+            if (llvm::AddOverflow(base, l.getOffset(), offset) ||
+                (l.getNumElements() > 0 &&
+                 (llvm::AddOverflow(offset, l.getExtent(), end) ||
+                  end > numel))) {
+              why = "applies as_strided past the end of the checkpoint tensor";
+              return failure();
+            }
+            s.offset = offset;
             s.shape.assign(l.getShape().begin(), l.getShape().end());
             s.stride.assign(l.getStride().begin(), l.getStride().end());
             return success();

@@ -9,6 +9,7 @@
 #include "loadplan/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/Support/MathExtras.h"
 
 namespace mlir {
 namespace loadplan {
@@ -66,7 +67,10 @@ static std::optional<PlainWrite> mergePair(const PlainWrite &a,
   int64_t delta = b.offset - a.offset;
   int64_t strideA = na > 1 ? a.stride[k] : delta;
   int64_t strideB = nb > 1 ? b.stride[k] : strideA;
-  if (strideA != strideB || strideA <= 0 || delta != strideA * na)
+  // Offsets are within a storage, so delta fits; strideA * na need not.
+  int64_t aEnd;
+  if (strideA != strideB || strideA <= 0 ||
+      llvm::MulOverflow(strideA, na, aEnd) || delta != aEnd)
     return std::nullopt;
   PlainWrite out = a;
   out.stops[k] = b.stops[k];

@@ -8,8 +8,10 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <chrono>
+#include <limits>
 
 using namespace mlir;
 using namespace mlir::loadplan;
@@ -82,15 +84,26 @@ StringRef loadplan::getKindName(loadplan_entry_kind_t kind) {
   return "unknown";
 }
 
+/// `a + b`, or INT64_MAX where that overflows: a plan may declare more bytes
+/// than int64_t counts, and its stats saturate rather than wrap.
+static int64_t addSaturated(int64_t a, int64_t b) {
+  int64_t sum;
+  return llvm::AddOverflow(a, b, sum) ? std::numeric_limits<int64_t>::max()
+                                      : sum;
+}
+
 int64_t PlanEntry::neededBytes() const {
   int64_t elements = 0;
   for (const PlanBox &b : boxes) {
-    int64_t n = 1;
+    int64_t n = 1; // fits: a box lies in its checkpoint tensor
     for (auto [start, stop] : llvm::zip(b.starts, b.stops))
       n *= stop - start;
-    elements += n;
+    elements = addSaturated(elements, n);
   }
-  return elements * static_cast<int64_t>(loadplan_dtype_size(dtype));
+  int64_t itemSize = loadplan_dtype_size(dtype), bytes;
+  if (llvm::MulOverflow(elements, itemSize, bytes))
+    return std::numeric_limits<int64_t>::max();
+  return bytes;
 }
 
 FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
@@ -306,7 +319,7 @@ void loadplan::printPlanJson(const Plan &plan, raw_ostream &os) {
     j.attributeObject("entries", [&] {
       for (const PlanEntry &e : plan.entries) {
         counts[e.kind] += 1;
-        bytes[e.kind] += e.neededBytes();
+        bytes[e.kind] = addSaturated(bytes[e.kind], e.neededBytes());
         writes += e.writes.size();
         j.attributeObject(e.name, [&] {
           j.attribute("kind", getKindName(e.kind));
@@ -363,7 +376,7 @@ void loadplan::printPlanReport(const Plan &plan, raw_ostream &os,
   llvm::MapVector<StringRef, SmallVector<StringRef>> byReason;
   for (const PlanEntry &e : plan.entries) {
     counts[e.kind] += 1;
-    bytes[e.kind] += e.neededBytes();
+    bytes[e.kind] = addSaturated(bytes[e.kind], e.neededBytes());
     if (e.reason)
       byReason[*e.reason].push_back(e.name);
   }
@@ -395,7 +408,9 @@ void loadplan::markCompileStart() {
 }
 
 double loadplan::secondsSinceCompileStart() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                       compileStart())
+  // Read the start first: its first read sets it, which must not come after
+  // now() (clang evaluates the operands of `-` left to right).
+  std::chrono::steady_clock::time_point start = compileStart();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
       .count();
 }

@@ -54,7 +54,7 @@ struct PlanEntry {
   /// name, the whole tensor for a fallback, none when unneeded.
   std::vector<PlanBox> boxes;
   std::vector<PlanWrite> writes;
-  /// Bytes the engine moves for this name on this rank.
+  /// Bytes the engine moves for this name on this rank (INT64_MAX if more).
   int64_t neededBytes() const;
 };
 

@@ -71,6 +71,11 @@ bool Strided::isContiguous() const {
 
 static std::string str(const llvm::Twine &t) { return t.str(); }
 
+/// Why a view of a layout near 2^63 elements fails: torch's own int64_t
+/// arithmetic would wrap around.
+static constexpr const char *kOverflow =
+    "its offsets or strides overflow int64";
+
 FailureOr<int64_t> loadplan::wrapDim(int64_t dim, int64_t rank,
                                      std::string &why) {
   int64_t r = std::max<int64_t>(rank, 1);
@@ -104,7 +109,13 @@ LogicalResult loadplan::applySlice(Strided &s, int64_t dim, int64_t start,
     end += size;
   start = std::clamp<int64_t>(start, 0, size);
   end = std::clamp<int64_t>(end, start, size);
-  s.offset += start * s.stride[*d];
+  // Only an empty slice at the end of a huge layout can overflow here.
+  int64_t skip;
+  if (llvm::MulOverflow(start, s.stride[*d], skip) ||
+      llvm::AddOverflow(s.offset, skip, s.offset)) {
+    why = kOverflow;
+    return failure();
+  }
   // ceil((end - start) / step) without overflowing for a huge step; a step
   // past the last element leaves one element, whose stride does not matter.
   s.shape[*d] = end > start ? (end - start - 1) / step + 1 : 0;
@@ -217,7 +228,11 @@ LogicalResult loadplan::applyUnsqueeze(Strided &s, int64_t dim,
     return failure();
   }
   int64_t d = dim < 0 ? dim + rank + 1 : dim;
-  int64_t stride = d < rank ? s.shape[d] * s.stride[d] : 1;
+  int64_t stride = 1;
+  if (d < rank && llvm::MulOverflow(s.shape[d], s.stride[d], stride)) {
+    why = kOverflow;
+    return failure();
+  }
   s.shape.insert(s.shape.begin() + d, 1);
   s.stride.insert(s.stride.begin() + d, stride);
   return success();
@@ -318,10 +333,17 @@ LogicalResult loadplan::applyView(Strided &s, ArrayRef<int64_t> shape,
   int64_t tensorNumel = 1, viewNumel = 1;
   for (int64_t d = static_cast<int64_t>(s.shape.size()) - 1; d >= 0; --d) {
     tensorNumel *= s.shape[d];
-    if (d == 0 || (s.shape[d - 1] != 1 &&
-                   s.stride[d - 1] != tensorNumel * chunkBaseStride)) {
+    // A stride tensorNumel * chunkBaseStride would overflow is not stride[d-1].
+    int64_t chunkStride;
+    if (d == 0 ||
+        (s.shape[d - 1] != 1 &&
+         (llvm::MulOverflow(tensorNumel, chunkBaseStride, chunkStride) ||
+          s.stride[d - 1] != chunkStride))) {
       while (viewD >= 0 && (viewNumel < tensorNumel || shape[viewD] == 1)) {
-        stride[viewD] = viewNumel * chunkBaseStride;
+        if (llvm::MulOverflow(viewNumel, chunkBaseStride, stride[viewD])) {
+          why = kOverflow;
+          return failure();
+        }
         viewNumel *= shape[viewD];
         --viewD;
       }
