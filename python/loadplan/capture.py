@@ -707,13 +707,30 @@ _METADATA_QUERIES = {
 # ---------------------------------------------------------------------------
 
 
+_REQUIRED = object()
+
+
+def _arg(args: tuple, kwargs: dict, i: int, name: str, default: Any = _REQUIRED) -> Any:
+    """Argument ``i`` (after the input) of an aten op, by position or name."""
+    if len(args) > i + 1:
+        return args[i + 1]
+    if name in kwargs:
+        return kwargs[name]
+    if default is _REQUIRED:
+        raise TypeError(f"load plan: missing argument {name!r}")
+    return default
+
+
+def _dim(args: tuple, kwargs: dict, i: int, rank: int, name: str = "dim", default: Any = 0) -> int:
+    return _normalize(_arg(args, kwargs, i, name, default), rank)
+
+
 def _slice(sink: _Sink, func, src: TraceTensor, args, kwargs):
     out = sink._run_meta(func, args, kwargs)
-    params = dict(zip(("dim", "start", "end", "step"), args[1:]), **kwargs)
-    dim = _normalize(params.get("dim", 0), src.dim())
-    start = params.get("start")
-    end = params.get("end")
-    step = params.get("step", 1)
+    dim = _dim(args, kwargs, 0, src.dim())
+    start = _arg(args, kwargs, 1, "start", None)
+    end = _arg(args, kwargs, 2, "end", None)
+    step = _arg(args, kwargs, 3, "step", 1)
     start = 0 if start is None else int(start)
     end = _ir.INT64_MAX if end is None else min(int(end), _ir.INT64_MAX)
     return sink._view_op(src, out, "slice", f"dim {dim} start {start} end {end} step {step}")
@@ -721,29 +738,28 @@ def _slice(sink: _Sink, func, src: TraceTensor, args, kwargs):
 
 def _select(sink: _Sink, func, src, args, kwargs):
     out = sink._run_meta(func, args, kwargs)
-    params = dict(zip(("dim", "index"), args[1:]), **kwargs)
-    dim = _normalize(params["dim"], src.dim())
-    return sink._view_op(src, out, "select", f"dim {dim} index {int(params['index'])}")
+    dim = _dim(args, kwargs, 0, src.dim())
+    index = int(_arg(args, kwargs, 1, "index"))
+    return sink._view_op(src, out, "select", f"dim {dim} index {index}")
 
 
 def _narrow(sink: _Sink, func, src, args, kwargs):
     out = sink._run_meta(func, args, kwargs)
-    params = dict(zip(("dim", "start", "length"), args[1:]), **kwargs)
-    dim = _normalize(params["dim"], src.dim())
-    start = int(params["start"])
+    dim = _dim(args, kwargs, 0, src.dim())
+    start = int(_arg(args, kwargs, 1, "start"))
     if start < 0:
         start += src.shape[dim]
-    end = start + int(params["length"])
+    end = start + int(_arg(args, kwargs, 2, "length"))
     return sink._view_op(src, out, "slice", f"dim {dim} start {start} end {end} step 1")
 
 
 def _transpose(sink: _Sink, func, src, args, kwargs):
     out = sink._run_meta(func, args, kwargs)
-    params = dict(zip(("dim0", "dim1"), args[1:]), **kwargs)
     rank = src.dim()
     if rank == 0:
         return sink._view_op(src, out, "alias")
-    d0, d1 = _normalize(params["dim0"], rank), _normalize(params["dim1"], rank)
+    d0 = _dim(args, kwargs, 0, rank, "dim0")
+    d1 = _dim(args, kwargs, 1, rank, "dim1")
     return sink._view_op(src, out, "transpose", f"dim0 {d0} dim1 {d1}")
 
 
@@ -756,34 +772,31 @@ def _t(sink: _Sink, func, src, args, kwargs):
 
 def _permute(sink: _Sink, func, src, args, kwargs):
     out = sink._run_meta(func, args, kwargs)
-    dims = args[1] if len(args) > 1 else kwargs["dims"]
-    dims = [_normalize(d, src.dim()) for d in dims]
+    dims = [_normalize(d, src.dim()) for d in _arg(args, kwargs, 0, "dims")]
     return sink._view_op(src, out, "permute", f"dims {_ir.ints(dims)}")
 
 
 def _expand(sink: _Sink, func, src, args, kwargs):
     out = sink._run_meta(func, args, kwargs)
-    if tuple(out.shape) == tuple(src.shape):
-        return sink._view_op(src, out, "alias")
-    return sink._view_op(src, out, "expand")
+    same = tuple(out.shape) == tuple(src.shape)
+    return sink._view_op(src, out, "alias" if same else "expand")
 
 
 def _unsqueeze(sink: _Sink, func, src, args, kwargs):
     out = sink._run_meta(func, args, kwargs)
-    dim = args[1] if len(args) > 1 else kwargs["dim"]
-    return sink._view_op(src, out, "unsqueeze", f"dim {_normalize(dim, src.dim() + 1)}")
+    dim = _dim(args, kwargs, 0, src.dim() + 1)
+    return sink._view_op(src, out, "unsqueeze", f"dim {dim}")
 
 
 def _squeeze(sink: _Sink, func, src, args, kwargs):
     out = sink._run_meta(func, args, kwargs)
     rank = src.dim()
-    if len(args) > 1 or "dim" in kwargs:
-        requested = args[1] if len(args) > 1 else kwargs["dim"]
-        if isinstance(requested, int):
-            requested = [requested]
-        requested = {_normalize(d, rank) for d in requested} if rank else set()
-    else:
-        requested = set(range(rank))
+    requested = _arg(args, kwargs, 0, "dim", None)
+    if requested is None:
+        requested = range(rank)
+    elif isinstance(requested, int):
+        requested = [requested]
+    requested = {_normalize(d, rank) for d in requested} if rank else set()
     # The dims that really go: listed, and of size 1 (torch keeps others).
     removed = [d for d in range(rank) if d in requested and src.shape[d] == 1]
     if not removed:
@@ -794,18 +807,18 @@ def _squeeze(sink: _Sink, func, src, args, kwargs):
 def _flatten(sink: _Sink, func, src, args, kwargs):
     out = sink._run_meta(func, args, kwargs)
     rank = src.dim()
-    if rank == 0 or tuple(out.shape) == tuple(src.shape):
-        return sink._view_op(src, out, "view" if rank == 0 else "alias")
-    params = dict(zip(("start_dim", "end_dim"), args[1:]), **kwargs)
-    start = _normalize(params.get("start_dim", 0), rank)
-    end = _normalize(params.get("end_dim", -1), rank)
+    if rank == 0:  # flatten of a scalar is a view as [1]
+        return sink._view_op(src, out, "view")
+    if tuple(out.shape) == tuple(src.shape):
+        return sink._view_op(src, out, "alias")
+    start = _dim(args, kwargs, 0, rank, "start_dim", 0)
+    end = _dim(args, kwargs, 1, rank, "end_dim", -1)
     return sink._view_op(src, out, "flatten", f"start_dim {start} end_dim {end}")
 
 
 def _unflatten(sink: _Sink, func, src, args, kwargs):
     out = sink._run_meta(func, args, kwargs)
-    dim = args[1] if len(args) > 1 else kwargs["dim"]
-    return sink._view_op(src, out, "unflatten", f"dim {_normalize(dim, src.dim())}")
+    return sink._view_op(src, out, "unflatten", f"dim {_dim(args, kwargs, 0, src.dim())}")
 
 
 def _view(sink: _Sink, func, src, args, kwargs):
@@ -823,9 +836,8 @@ def _reshape(sink: _Sink, func, src, args, kwargs):
 def _as_strided(sink: _Sink, func, src, args, kwargs):
     out = sink._run_meta(func, args, kwargs)
     # torch's default offset is the input's own; the IR spells it out.
-    return sink._view_op(
-        src, out, "as_strided", _ir.layout(out.storage_offset(), out.shape, out.stride())
-    )
+    layout = _ir.layout(out.storage_offset(), out.shape, out.stride())
+    return sink._view_op(src, out, "as_strided", layout)
 
 
 def _alias(sink: _Sink, func, src, args, kwargs):
@@ -836,11 +848,7 @@ def _alias(sink: _Sink, func, src, args, kwargs):
 def _split(sink: _Sink, func, src, args, kwargs):
     """split / split_with_sizes / chunk: one slice per output."""
     outs = sink._run_meta(func, args, kwargs)
-    names = {
-        aten.chunk: ("chunks", "dim"),
-    }.get(func.overloadpacket, ("split_size", "dim"))
-    params = dict(zip(names, args[1:]), **kwargs)
-    dim = _normalize(params.get("dim", 0), src.dim())
+    dim = _dim(args, kwargs, 1, src.dim())
     views, start = [], 0
     for o in outs:
         end = start + o.shape[dim]
@@ -853,8 +861,7 @@ def _split(sink: _Sink, func, src, args, kwargs):
 
 def _unbind(sink: _Sink, func, src, args, kwargs):
     outs = sink._run_meta(func, args, kwargs)
-    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
-    dim = _normalize(dim, src.dim())
+    dim = _dim(args, kwargs, 0, src.dim())
     views = [
         sink._view_op(src, o, "select", f"dim {dim} index {i}") for i, o in enumerate(outs)
     ]

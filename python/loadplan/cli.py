@@ -105,7 +105,7 @@ def _demo(args: argparse.Namespace) -> int:
             lambda: llama.make(tp_rank=rank, tp_size=tp, **DEMO_SIZES)[0], metadata
         )
         if result:
-            print(f"rank {rank}: verified ({result})")
+            print(f"rank {rank}: {result}")
         else:
             ok = False
             print(f"rank {rank}: NOT verified\n{result}")
@@ -124,7 +124,10 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="loadplan", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="loadplan",
+        description="Plan a model's weight loads, verify the plan, time an update.",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every name")
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -49,7 +49,7 @@ class VerifyResult:
 
     def __str__(self) -> str:
         if self.ok:
-            return f"verified: {self.tensors} tensors equal byte for byte over {self.rounds} updates"
+            return f"verified: {self.tensors} tensors equal byte for byte after {self.rounds} updates"
         lines = [f"{len(self.mismatches)} tensors differ:"]
         lines += [f"  {m}" for m in self.mismatches]
         return "\n".join(lines)
