@@ -120,6 +120,19 @@ static inline size_t loadplan_dtype_size(uint32_t dtype) {
   }
 }
 
+/* torch's name of a dtype code ("bfloat16", "float8_e4m3fn", ...); "invalid"
+ * for an unknown code. */
+static inline const char *loadplan_dtype_name(uint32_t dtype) {
+  static const char *const names[LOADPLAN_DTYPE_COUNT_] = {
+      "invalid",       "bool",           "uint8",           "int8",
+      "int16",         "int32",          "int64",           "float16",
+      "bfloat16",      "float32",        "float64",         "float8_e4m3fn",
+      "float8_e5m2",   "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
+      "complex64",     "complex128",     "uint16",          "uint32",
+      "uint64"};
+  return dtype < LOADPLAN_DTYPE_COUNT_ ? names[dtype] : "invalid";
+}
+
 #define LOADPLAN_FNV1A64_INIT 0xcbf29ce484222325ull
 
 /* FNV-1a, 64 bits, continuing from `hash` (start with LOADPLAN_FNV1A64_INIT). */

@@ -1,0 +1,108 @@
+//===- Copies.cpp - The copies of a bound plan -------------------*- C++ -*-===//
+
+#include "Copies.h"
+#include "Status.h"
+
+#include <algorithm>
+
+using namespace loadplan;
+
+int64_t loadplan::mergeDims(std::vector<CopyDim> &dims, int64_t itemSize) {
+  size_t kept = 0;
+  for (const CopyDim &d : dims) {
+    if (d.size == 0) {
+      dims.clear();
+      return 0;
+    }
+    if (d.size > 1)
+      dims[kept++] = d;
+  }
+  dims.resize(kept);
+  // Destination order makes the innermost loop walk the destination
+  // sequentially, which is what caches and write combining favour.
+  std::stable_sort(dims.begin(), dims.end(), [](CopyDim a, CopyDim b) {
+    return a.dstStride > b.dstStride;
+  });
+  size_t n = 0;
+  for (const CopyDim &d : dims) {
+    if (n && dims[n - 1].srcStride == d.srcStride * d.size &&
+        dims[n - 1].dstStride == d.dstStride * d.size)
+      dims[n - 1] = {dims[n - 1].size * d.size, d.srcStride, d.dstStride};
+    else
+      dims[n++] = d;
+  }
+  dims.resize(n);
+  int64_t run = itemSize;
+  if (!dims.empty() && dims.back().srcStride == itemSize &&
+      dims.back().dstStride == itemSize) {
+    run *= dims.back().size;
+    dims.pop_back();
+  }
+  return run;
+}
+
+Copies loadplan::buildCopies(const Plan &plan, SourceForm form,
+                             const std::vector<uint8_t *> &storageBases) {
+  Copies out;
+  out.entryBegin.assign(plan.entries.size() + 1, 0);
+  std::vector<CopyDim> dims;
+  std::vector<int64_t> extents, srcStrides;
+  for (uint32_t ei = 0; ei < plan.entries.size(); ++ei) {
+    const Entry &e = plan.entries[ei];
+    out.entryBegin[ei] = static_cast<uint32_t>(out.copies.size());
+    if (e.kind != LOADPLAN_KIND_DIRECT)
+      continue;
+    int64_t itemSize = loadplan_dtype_size(e.dtype);
+    std::vector<int64_t> tensorStrides = contiguousStrides(e.shape);
+    for (const Write &w : e.writes) {
+      if (e.boxElements(w.box) == 0)
+        continue;
+      extents.resize(e.rank());
+      for (uint32_t k = 0; k < e.rank(); ++k)
+        extents[k] = e.boxStop(w.box, k) - e.boxStart(w.box, k);
+      int64_t srcOffset = 0;
+      if (form == SourceForm::Tensor) {
+        srcStrides = tensorStrides;
+        for (uint32_t k = 0; k < e.rank(); ++k)
+          srcOffset += e.boxStart(w.box, k) * tensorStrides[k] * itemSize;
+      } else {
+        srcStrides = contiguousStrides(extents);
+      }
+      // The region splits each box dim into consecutive dims (the parser
+      // checked), innermost last: walk both from the inside.
+      dims.clear();
+      size_t j = w.shape.size();
+      for (size_t k = e.rank(); k-- > 0;) {
+        int64_t acc = 1;
+        while (acc < extents[k]) {
+          do {
+            if (j == 0)
+              fail(LOADPLAN_STATUS_INTERNAL, "region of ", quote(e.name),
+                   " is not a split of its box");
+            --j;
+          } while (w.shape[j] == 1);
+          dims.push_back({w.shape[j], srcStrides[k] * acc * itemSize,
+                          w.stride[j] * itemSize});
+          acc *= w.shape[j];
+        }
+      }
+      const Target &t = plan.targets[w.target];
+      Copy c;
+      c.entry = ei;
+      c.box = e.firstBox + w.box;
+      c.srcOffset = srcOffset;
+      c.dst = storageBases[t.storage] + t.byteOffset + w.offset * itemSize;
+      c.run = mergeDims(dims, itemSize);
+      c.rows = 1;
+      for (const CopyDim &d : dims)
+        c.rows *= d.size;
+      c.firstDim = static_cast<uint32_t>(out.dims.size());
+      c.numDims = static_cast<uint32_t>(dims.size());
+      c.itemSize = static_cast<uint32_t>(itemSize);
+      out.dims.insert(out.dims.end(), dims.begin(), dims.end());
+      out.copies.push_back(c);
+    }
+  }
+  out.entryBegin.back() = static_cast<uint32_t>(out.copies.size());
+  return out;
+}

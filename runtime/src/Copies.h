@@ -1,0 +1,73 @@
+//===- Copies.h - The copies of a bound plan ---------------------*- C++ -*-===//
+//
+// At bind time every write of every direct entry becomes one strided copy
+// described in bytes: where it reads in its source (a full checkpoint tensor
+// or a packed box), where it writes, and its dims with contiguous ones
+// merged. Both executors run these; applying an update only picks the
+// copies of the names in the batch and fills in source pointers.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LOADPLAN_RUNTIME_COPIES_H
+#define LOADPLAN_RUNTIME_COPIES_H
+
+#include "Plan.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace loadplan {
+
+/// What an update sends per name.
+enum class SourceForm { Tensor, Box };
+
+/// One dim of a copy: elements `size`, byte strides in source and
+/// destination.
+struct CopyDim {
+  int64_t size;
+  int64_t srcStride;
+  int64_t dstStride;
+};
+
+/// A copy of `rows` runs of `run` contiguous bytes: row i (row-major over
+/// the dims) reads at srcOffset + sum(i[k] * srcStride[k]) in its source and
+/// writes at dst + sum(i[k] * dstStride[k]).
+struct Copy {
+  uint32_t entry;
+  uint32_t box;      // global box index (Entry::firstBox + box)
+  int64_t srcOffset; // bytes from the source's first byte
+  uint8_t *dst;      // first destination byte
+  int64_t run;       // contiguous bytes per row
+  int64_t rows;      // product of the dims' sizes
+  uint32_t firstDim; // into Copies::dims, outermost first
+  uint32_t numDims;
+  uint32_t itemSize;
+
+  int64_t bytes() const { return run * rows; }
+};
+
+struct Copies {
+  std::vector<Copy> copies;
+  std::vector<CopyDim> dims;
+  /// The copies of entry e are [entryBegin[e], entryBegin[e + 1]).
+  std::vector<uint32_t> entryBegin;
+
+  const CopyDim *dimsOf(const Copy &c) const { return dims.data() + c.firstDim; }
+};
+
+/// The copies of every direct entry of `plan` for updates of form `form`,
+/// writing into storages that start at `storageBases`. Copies of no bytes
+/// are left out.
+Copies buildCopies(const Plan &plan, SourceForm form,
+                   const std::vector<uint8_t *> &storageBases);
+
+/// Merges `dims` (in place) into the fewest dims that copy the same bytes:
+/// drops dims of size 1, orders by destination stride (outermost first) and
+/// merges a dim into the next where they are contiguous in both source and
+/// destination. Returns the contiguous run in bytes peeled off the innermost
+/// dim (`itemSize` when there is none), or 0 when some dim has size 0.
+int64_t mergeDims(std::vector<CopyDim> &dims, int64_t itemSize);
+
+} // namespace loadplan
+
+#endif // LOADPLAN_RUNTIME_COPIES_H

@@ -1,0 +1,47 @@
+//===- Executor.h - Runs the copies of a checked update batch ----*- C++ -*-===//
+//
+// The binding checks a batch (names, kinds, dtypes, shapes, boxes) and fills
+// one source pointer per named entry or box; an executor then checks what
+// only it can (where the sources live) and copies. Nothing may be written
+// before checkSources returns.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LOADPLAN_RUNTIME_EXECUTOR_H
+#define LOADPLAN_RUNTIME_EXECUTOR_H
+
+#include "Copies.h"
+
+#include <cstdint>
+#include <string>
+
+namespace loadplan {
+
+/// A checked update batch.
+struct Batch {
+  SourceForm form;
+  /// The entries named in the batch, each once.
+  const uint32_t *entries;
+  size_t numEntries;
+  /// Source per entry (Tensor form) or per global box (Box form); only the
+  /// slots of the named entries are meaningful.
+  const uint8_t *const *entrySource;
+  const uint8_t *const *boxSource;
+  /// Says which input (e.g. "tensor 3 ('x')") a source slot came from.
+  std::string (*describe)(const void *context, uint32_t entry, uint32_t box);
+  const void *describeContext;
+};
+
+class Executor {
+public:
+  virtual ~Executor() = default;
+  virtual uint32_t numThreads() const = 0;
+  /// Throws INVALID_UPDATE for a source the executor cannot read.
+  virtual void checkSources(const Batch &batch) = 0;
+  /// Copies every write of the batch's entries.
+  virtual void run(const Batch &batch, void *stream) = 0;
+};
+
+} // namespace loadplan
+
+#endif // LOADPLAN_RUNTIME_EXECUTOR_H

@@ -1,0 +1,109 @@
+//===- Plan.h - A parsed, checked plan --------------------------*- C++ -*-===//
+//
+// The plan file (plan_format.h) as plain data. parsePlan accepts only a plan
+// every later step can trust: all indices in range, every region inside its
+// storage and a reshape of its box, no two writes sharing a destination byte.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LOADPLAN_RUNTIME_PLAN_H
+#define LOADPLAN_RUNTIME_PLAN_H
+
+#include "loadplan/runtime.h"
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace loadplan {
+
+/// Dims beyond this are refused; torch allows no more.
+constexpr uint32_t kMaxRank = 64;
+
+struct Target {
+  std::string module, tensor;
+  uint32_t storage = 0;
+  uint64_t byteOffset = 0;
+  uint32_t dtype = 0;
+  std::vector<int64_t> shape, stride;
+  /// Bytes from its first element to past its last; 0 when it has none.
+  int64_t spanBytes = 0;
+};
+
+struct Write {
+  uint32_t target = 0;
+  uint32_t box = 0; // index into the entry's boxes
+  int64_t offset = 0;
+  std::vector<int64_t> shape, stride;
+};
+
+struct Entry {
+  std::string name;
+  uint32_t kind = 0;
+  uint32_t dtype = 0;
+  std::vector<int64_t> shape;
+  int64_t numElements = 0;
+  bool hasReason = false;
+  std::string reason;
+  uint32_t numBoxes = 0;
+  /// numBoxes * rank (start, stop) pairs, as in the file.
+  std::vector<int64_t> boxes;
+  std::vector<Write> writes;
+  /// The index of box 0 among all boxes of the plan.
+  uint32_t firstBox = 0;
+
+  uint32_t rank() const { return static_cast<uint32_t>(shape.size()); }
+  int64_t boxStart(uint32_t box, uint32_t dim) const {
+    return boxes[2 * (size_t(box) * rank() + dim)];
+  }
+  int64_t boxStop(uint32_t box, uint32_t dim) const {
+    return boxes[2 * (size_t(box) * rank() + dim) + 1];
+  }
+  /// Elements of box `box` (checked against overflow at parse time).
+  int64_t boxElements(uint32_t box) const;
+};
+
+struct Plan {
+  Plan() = default;
+  Plan(const Plan &) = delete;
+  Plan &operator=(const Plan &) = delete;
+
+  uint64_t fingerprint = 0;
+  std::vector<uint64_t> storageSizes;
+  std::vector<Target> targets;
+  std::vector<Entry> entries;
+  /// Entry names (views into `entries`) to indices.
+  std::unordered_map<std::string_view, uint32_t> byName;
+  /// Entry indices per kind, in plan order.
+  std::vector<uint32_t> byKind[3];
+  uint32_t numBoxes = 0;
+  uint64_t numWrites = 0;
+  uint64_t directBytes = 0;
+  uint64_t fallbackBytes = 0;
+};
+
+/// Parses and checks plan file bytes; throws a StatusError (INVALID_PLAN)
+/// that says what is wrong.
+std::unique_ptr<Plan> parsePlan(const uint8_t *data, size_t size);
+
+/// The fingerprint of `plan`'s targets with the caller's view of each one;
+/// throws FINGERPRINT_MISMATCH naming the first target and field that differ.
+void checkLayout(const Plan &plan, const loadplan_target_layout_t *layouts,
+                 size_t numLayouts);
+
+/// Row-major strides (in elements) of `shape`.
+std::vector<int64_t> contiguousStrides(const std::vector<int64_t> &shape);
+
+} // namespace loadplan
+
+/// The C handle: a reference-counted plan.
+struct loadplan_plan_t {
+  std::atomic<int64_t> refs{1};
+  std::unique_ptr<loadplan::Plan> plan;
+};
+
+#endif // LOADPLAN_RUNTIME_PLAN_H

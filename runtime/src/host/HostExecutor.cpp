@@ -1,0 +1,170 @@
+//===- HostExecutor.cpp - The CPU executor -----------------------*- C++ -*-===//
+
+#include "HostExecutor.h"
+#include "../Status.h"
+
+#include <algorithm>
+#include <cstring>
+
+using namespace loadplan;
+
+void loadplan::cutPieces(const Copies &copies, int64_t pieceBytes,
+                         std::vector<Piece> &pieces,
+                         std::vector<uint32_t> &entryBegin) {
+  pieces.clear();
+  entryBegin.assign(copies.entryBegin.size(), 0);
+  size_t entry = 0;
+  for (uint32_t ci = 0; ci < copies.copies.size(); ++ci) {
+    const Copy &c = copies.copies[ci];
+    while (entry < copies.entryBegin.size() && copies.entryBegin[entry] <= ci)
+      entryBegin[entry++] = static_cast<uint32_t>(pieces.size());
+    if (c.run >= pieceBytes) {
+      for (int64_t row = 0; row < c.rows; ++row)
+        for (int64_t at = 0; at < c.run; at += pieceBytes)
+          pieces.push_back({ci, row * c.run + at,
+                            row * c.run + std::min(at + pieceBytes, c.run)});
+    } else {
+      int64_t rowsPerPiece = pieceBytes / c.run;
+      for (int64_t row = 0; row < c.rows; row += rowsPerPiece)
+        pieces.push_back(
+            {ci, row * c.run, std::min(row + rowsPerPiece, c.rows) * c.run});
+    }
+  }
+  while (entry < entryBegin.size())
+    entryBegin[entry++] = static_cast<uint32_t>(pieces.size());
+}
+
+/// `count` runs of R bytes, `dstStride` and `srcStride` apart. A constant R
+/// lets the compiler turn each memcpy into one load and one store.
+template <int64_t R>
+static void copyRuns(uint8_t *dst, const uint8_t *src, int64_t count,
+                     int64_t dstStride, int64_t srcStride) {
+  for (int64_t i = 0; i < count; ++i)
+    std::memcpy(dst + i * dstStride, src + i * srcStride, R);
+}
+
+static void copyRuns(int64_t run, uint8_t *dst, const uint8_t *src,
+                     int64_t count, int64_t dstStride, int64_t srcStride) {
+  switch (run) {
+  case 1:
+    return copyRuns<1>(dst, src, count, dstStride, srcStride);
+  case 2:
+    return copyRuns<2>(dst, src, count, dstStride, srcStride);
+  case 4:
+    return copyRuns<4>(dst, src, count, dstStride, srcStride);
+  case 8:
+    return copyRuns<8>(dst, src, count, dstStride, srcStride);
+  case 16:
+    return copyRuns<16>(dst, src, count, dstStride, srcStride);
+  default:
+    for (int64_t i = 0; i < count; ++i)
+      std::memcpy(dst + i * dstStride, src + i * srcStride, run);
+  }
+}
+
+void loadplan::copyPiece(const Copy &c, const CopyDim *dims,
+                         const uint8_t *src, int64_t begin, int64_t end) {
+  src += c.srcOffset;
+  if (c.numDims == 0) {
+    std::memcpy(c.dst + begin, src + begin, end - begin);
+    return;
+  }
+  // Where row `row` starts: one division per dim, once per piece.
+  int64_t row = begin / c.run;
+  int64_t index[kMaxRank];
+  int64_t srcAt = 0, dstAt = 0;
+  for (uint32_t k = c.numDims; k-- > 0;) {
+    index[k] = row % dims[k].size;
+    row /= dims[k].size;
+    srcAt += index[k] * dims[k].srcStride;
+    dstAt += index[k] * dims[k].dstStride;
+  }
+  int64_t within = begin % c.run;
+  if (within || end - begin < c.run) {
+    std::memcpy(c.dst + dstAt + within, src + srcAt + within, end - begin);
+    return;
+  }
+  // Whole rows: the innermost dim in a tight loop, the others as an
+  // odometer that carries the offsets along.
+  uint32_t last = c.numDims - 1;
+  const CopyDim &inner = dims[last];
+  for (int64_t rows = (end - begin) / c.run; rows > 0;) {
+    int64_t n = std::min(inner.size - index[last], rows);
+    copyRuns(c.run, c.dst + dstAt, src + srcAt, n, inner.dstStride,
+             inner.srcStride);
+    rows -= n;
+    index[last] += n;
+    srcAt += n * inner.srcStride;
+    dstAt += n * inner.dstStride;
+    for (uint32_t k = last; index[k] == dims[k].size && k > 0; --k) {
+      srcAt -= dims[k].size * dims[k].srcStride;
+      dstAt -= dims[k].size * dims[k].dstStride;
+      index[k] = 0;
+      ++index[k - 1];
+      srcAt += dims[k - 1].srcStride;
+      dstAt += dims[k - 1].dstStride;
+    }
+  }
+}
+
+namespace {
+
+class HostExecutor final : public Executor {
+public:
+  HostExecutor(const Plan &plan, const std::vector<uint8_t *> &bases,
+               unsigned numThreads)
+      : pool(numThreads) {
+    size_t most = 0;
+    for (SourceForm form : {SourceForm::Tensor, SourceForm::Box}) {
+      Program &p = programs[int(form)];
+      p.copies = buildCopies(plan, form, bases);
+      cutPieces(p.copies, kPieceBytes, p.pieces, p.entryBegin);
+      most = std::max(most, p.pieces.size());
+    }
+    active.reserve(most);
+  }
+
+  uint32_t numThreads() const override { return pool.size(); }
+
+  // Host pointers are taken as given: there is no way to ask the OS whether
+  // the caller's memory is readable.
+  void checkSources(const Batch &) override {}
+
+  void run(const Batch &batch, void *) override {
+    const Program &p = programs[int(batch.form)];
+    active.clear();
+    for (size_t i = 0; i < batch.numEntries; ++i) {
+      uint32_t e = batch.entries[i];
+      for (uint32_t k = p.entryBegin[e]; k < p.entryBegin[e + 1]; ++k)
+        active.push_back(k);
+    }
+    bool byBox = batch.form == SourceForm::Box;
+    auto task = [&](size_t i) {
+      const Piece &piece = p.pieces[active[i]];
+      const Copy &c = p.copies.copies[piece.copy];
+      const uint8_t *src =
+          byBox ? batch.boxSource[c.box] : batch.entrySource[c.entry];
+      copyPiece(c, p.copies.dimsOf(c), src, piece.begin, piece.end);
+    };
+    pool.forEach(active.size(), task);
+  }
+
+private:
+  struct Program {
+    Copies copies;
+    std::vector<Piece> pieces;
+    std::vector<uint32_t> entryBegin;
+  };
+  Program programs[2];
+  ThreadPool pool;
+  std::vector<uint32_t> active;
+};
+
+} // namespace
+
+std::unique_ptr<Executor>
+loadplan::makeHostExecutor(const Plan &plan,
+                           const std::vector<uint8_t *> &bases,
+                           unsigned numThreads) {
+  return std::make_unique<HostExecutor>(plan, bases, numThreads);
+}
