@@ -10,6 +10,7 @@
 #include "TestUtil.h"
 
 #include "../src/Copies.h"
+#include "../src/Status.h"
 #include "../src/cuda/DeviceCopy.h"
 #include "../src/host/HostExecutor.h"
 
@@ -262,6 +263,35 @@ TEST(DeviceCode, KernelArithmeticMatchesTheReference) {
             << "seed " << seed << ", misaligned by " << misalign;
       }
   }
+}
+
+TEST(DeviceCode, RefusesCopiesWithTooManyDims) {
+  // A [2]*7 tensor written fully transposed: no two dims merge, 7 remain.
+  TestPlan p;
+  p.storages = {128 * 4};
+  std::vector<int64_t> shape(7, 2), stride;
+  for (int k = 0; k < 7; ++k)
+    stride.push_back(int64_t(1) << k);
+  p.addTarget({"t", "w", 0, 0, LOADPLAN_DTYPE_FLOAT32, {128}, {1}});
+  p.entries.push_back({"a", LOADPLAN_KIND_DIRECT, LOADPLAN_DTYPE_FLOAT32,
+                       shape, std::nullopt,
+                       {{std::vector<int64_t>(7, 0), shape}},
+                       {{0, 0, 0, shape, stride}}});
+  std::unique_ptr<Plan> plan = parse(p);
+  Memory memory(p);
+  Copies copies = copiesOf(*plan, memory, SourceForm::Tensor);
+  ASSERT_EQ(copies.copies[0].numDims, 7u);
+  try {
+    buildDeviceProgram(copies);
+    ADD_FAILURE() << "accepted a copy of 7 dims";
+  } catch (const StatusError &e) {
+    EXPECT_EQ(e.code, LOADPLAN_STATUS_UNAVAILABLE);
+    EXPECT_NE(e.message.find("needs 7 dims after merging"), std::string::npos)
+        << e.message;
+  }
+  // The CPU executor has no such limit.
+  std::mt19937_64 rng(2);
+  checkAgainstReference(p, 2, SourceForm::Tensor, rng);
 }
 
 TEST(DeviceCode, WidestAccessThatFits) {
