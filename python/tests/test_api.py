@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -128,7 +129,8 @@ def test_dump_ir_writes_what_loadplan_opt_reruns(mixed, tmp_path, monkeypatch, h
     assert "loadplan.write @t0" in Path(f"{stem}.compiled.mlir").read_text()
     assert json.loads(Path(f"{stem}.plan.json").read_text()) == json.loads(plan.json)
 
-    opt = shutil.which("loadplan-opt") or REPO / "build" / "bin" / "loadplan-opt"
+    build = REPO / os.environ.get("LOADPLAN_BUILD_DIR", "build")
+    opt = shutil.which("loadplan-opt") or build / "bin" / "loadplan-opt"
     if Path(opt).exists():  # the same plan from the command-line tool
         out = subprocess.run([str(opt), "--loadplan-pipeline", "--loadplan-emit-plan-json=-",
                               "-o", "/dev/null", str(captured)], capture_output=True, text=True)
