@@ -171,7 +171,12 @@ class LoadPlan:
 
 class PlanError(RuntimeError):
     """The captured loader does not compile into a plan (a lonely fallback,
-    a name declared twice in the IR, ...); the message is the compiler's."""
+    a name declared twice in the IR, ...); the message is the compiler's,
+    ``diagnostics`` its errors one by one."""
+
+    def __init__(self, message: str, diagnostics: list[str] | None = None):
+        super().__init__(message)
+        self.diagnostics = diagnostics or []
 
 
 # ---------------------------------------------------------------------------
@@ -243,7 +248,7 @@ def compile_ir(ir: str, source_name: str = "<captured>", print_ir: bool = False)
     try:
         return _native.compile(ir, source_name, print_ir)
     except _native.CompileError as e:
-        raise PlanError(f"load plan: {e}") from None
+        raise PlanError(f"load plan: {e}", list(getattr(e, "diagnostics", []))) from None
 
 
 def plan_loads(

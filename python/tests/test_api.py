@@ -89,8 +89,9 @@ def test_a_lonely_fallback_is_a_compile_error(loader_model):
             m.p.copy_(m.stash + w)  # combines two checkpoint tensors
 
     m = loader_model({"p": ((2,), F32)}, load)
-    with pytest.raises(RuntimeError, match="fallback name 'w3' writes nothing itself.*post-load"):
+    with pytest.raises(RuntimeError, match="fallback name 'w3' writes nothing itself.*post-load") as e:
         loadplan.plan_loads(m, [ParamMeta("w1", (2,), F32), ParamMeta("w3", (2,), F32)])
+    assert isinstance(e.value, loadplan.PlanError) and len(e.value.diagnostics) == 1
 
 
 def test_check_plannable(loader_model):
