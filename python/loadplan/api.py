@@ -6,8 +6,10 @@ pipeline as ``loadplan-opt --loadplan-pipeline``) and returns a
 :class:`LoadPlan`: for each declared checkpoint name, its kind
 (``direct``/``fallback``/``unneeded``), the boxes of it this rank needs, and
 the live tensors those boxes go to. ``load_planned`` then loads full
-checkpoint tensors with plain copies, and hands only the fallbacks to
-``model.load_weights``.
+checkpoint tensors through the runtime (one call per update batch, see
+_runtime.py), and hands only the fallbacks to ``model.load_weights``.
+``LoadPlan.save`` / ``LoadPlan.load`` keep a plan in a file and bind it to a
+model again, refusing one whose layout differs.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from typing import Any
 
 import torch
 
-from . import _ir, _native
-from .capture import Target, capture
+from . import _ir, _native, _runtime
+from .capture import Target, Targets, capture
 
 logger = logging.getLogger("loadplan")
 
@@ -137,6 +139,18 @@ class _Layout:
         )
 
 
+@dataclass(eq=False)
+class _RuntimeState:
+    """A plan's runtime side, made on first use: the plan as the runtime
+    holds it and its binding to the live targets. ``unusable`` says why
+    there is none (targets on several devices, CUDA not built in): then
+    ``load_planned`` copies with torch instead."""
+
+    plan: _runtime.Plan | None = None
+    binding: _runtime.Binding | None = None
+    unusable: str | None = None
+
+
 @dataclass(frozen=True, eq=False)
 class LoadPlan:
     """Where each declared checkpoint tensor lands on this rank."""
@@ -151,6 +165,9 @@ class LoadPlan:
     _dests: dict[str, tuple[_Dest, ...]] = field(default_factory=dict, repr=False)
     _layouts: tuple[_Layout, ...] = field(default=(), repr=False)
     _model: Callable[[], torch.nn.Module | None] = field(default=lambda: None, repr=False)
+    # Every target of the plan, in plan order: what the runtime binds.
+    _targets: tuple[torch.Tensor, ...] = field(default=(), repr=False)
+    _runtime: _RuntimeState = field(default_factory=_RuntimeState, repr=False)
 
     def get_boxes(self, name: str) -> tuple[Box, ...] | None:
         """Parts of the checkpoint tensor this rank needs; ``None``: nothing.
@@ -167,6 +184,95 @@ class LoadPlan:
         if self.entries[name].kind == "fallback":
             return None
         return [(d.box, d.view) for d in self._dests.get(name, ())]
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the binary plan file (``LoadPlan.load`` reads it back)."""
+        Path(path).write_bytes(self.plan_bytes)
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike, model: torch.nn.Module, *, num_threads: int | None = None
+    ) -> LoadPlan:
+        """Reads a plan file written by ``save`` (or ``loadplan plan
+        --plan``) and binds it to ``model``'s tensors, without tracing the
+        loader again. ``num_threads``: as ``bind``.
+
+        The plan must have been made for a model with this layout: the same
+        parameters and buffers, with the same dtypes, shapes, strides and
+        byte offsets in their storages. The layout says nothing of which
+        rank a model is, so a plan of another rank with the same shapes is
+        not refused: keep one file per rank.
+
+        Raises:
+            InvalidPlan (a ValueError): the file is not a valid plan.
+            FingerprintMismatch (a RuntimeError): ``model``'s layout is not
+                the plan's; the message names the first target and field
+                that differ.
+            StatusError: the file cannot be read.
+        """
+        check_plannable(model)
+        rt_plan = _runtime.open_plan(path)
+        targets = Targets(model).targets
+        raw = _raw_plan(rt_plan)
+        _match_targets(raw["targets"], targets)
+        rt_plan.check_layout([_runtime.layout(t.real) for t in targets])
+        metas = {
+            name: ParamMeta(name, tuple(e["shape"]), _ir.dtype_from_plan(e["dtype"]))
+            for name, e in raw["entries"].items()
+        }
+        plan = _build_plan(
+            raw, metas, targets, report=_report(raw, f"loaded from {os.fspath(path)}"),
+            plan_bytes=Path(path).read_bytes(), ir="", _model=weakref.ref(model),
+        )
+        plan._runtime.plan = rt_plan
+        _log_report(plan)
+        plan.bind(num_threads=num_threads)
+        return plan
+
+    def bind(self, *, num_threads: int | None = None) -> _runtime.Binding | None:
+        """Binds the runtime to the model's tensors now (``load_planned``
+        does it on first use), replacing any earlier binding.
+        ``num_threads``: CPU executor threads (None: all hardware threads).
+        Returns the binding, or None where the runtime cannot apply this
+        plan (targets on several devices; CUDA targets with a runtime built
+        without CUDA) and ``load_planned`` copies with torch: the warning
+        logged says why.
+
+        Raises:
+            RuntimeError: the model's tensors are not the ones the plan was
+                made for.
+        """
+        if num_threads is not None and num_threads < 1:
+            raise ValueError(f"load plan: num_threads must be at least 1, got {num_threads}")
+        model = self._model()
+        if model is not None:
+            _check_layout(model, self)
+        state = self._runtime
+        if state.binding is not None:
+            state.binding.close()
+            state.binding = None
+        if state.plan is None:
+            state.plan = _runtime.open_plan(self.plan_bytes)
+        state.unusable = None
+        try:
+            _runtime.device_of(self._targets)
+            state.binding = _runtime.Binding(state.plan, self._targets, num_threads=num_threads)
+        except ValueError as e:  # several devices, or one with no executor
+            state.unusable = str(e)
+        except _runtime.StatusError as e:
+            if e.code != _runtime.UNAVAILABLE:
+                raise
+            state.unusable = str(e)
+        if state.unusable:
+            logger.warning("load plan: copying with torch: %s", state.unusable)
+        return state.binding
+
+    @property
+    def binding(self) -> _runtime.Binding | None:
+        """The runtime binding ``load_planned`` applies through (None
+        before the first update or ``bind``, or where it copies with
+        torch)."""
+        return self._runtime.binding
 
 
 class PlanError(RuntimeError):
@@ -374,8 +480,85 @@ def _build_plan(
         json=json.dumps(raw, indent=2),
         _dests=dests,
         _layouts=layouts,
+        _targets=tuple(t.real for t in targets),
         **fields,
     )
+
+
+def _raw_plan(rt_plan: _runtime.Plan) -> dict:
+    """The plan the runtime read, in the compiler's JSON form."""
+    summary = rt_plan.summary()
+
+    def dtype_name(code: int) -> str:
+        return str(_runtime.dtype_of(code)).removeprefix("torch.")
+
+    targets = []
+    for i in range(summary["targets"]):
+        t = rt_plan.target(i)
+        targets.append({**t, "dtype": dtype_name(t["dtype"])})
+    entries = {}
+    for i in range(summary["names"]):
+        e = rt_plan.entry(i)
+        entries[e.pop("name")] = {
+            "kind": e["kind"], "dtype": dtype_name(e["dtype"]), "shape": e["shape"],
+            "reason": e["reason"],
+            "boxes": [[list(d) for d in b] for b in e["boxes"]],
+            "writes": [
+                {**w, "box": [list(d) for d in w["box"]]} for w in e["writes"]
+            ],
+        }
+    return {
+        "version": 1,
+        "fingerprint": f"{summary['fingerprint']:016x}",
+        "targets": targets,
+        "entries": entries,
+        "stats": {
+            "names": summary["names"], "direct": summary["direct"],
+            "fallback": summary["fallback"], "unneeded": summary["unneeded"],
+            "direct_bytes": summary["direct_bytes"],
+            "fallback_bytes": summary["fallback_bytes"],
+            "writes": summary["writes"], "targets": summary["targets"],
+        },
+    }
+
+
+def _match_targets(raw_targets: list[dict], targets: list[Target]) -> None:
+    """Refuse a model whose parameters and buffers are not the plan's
+    targets, naming the first that differs."""
+    planned = [f"{t['module']}.{t['tensor']}" if t["module"] else t["tensor"] for t in raw_targets]
+    live = [t.qualified_name for t in targets]
+    for i, (p, m) in enumerate(zip(planned, live)):
+        if p != m:
+            raise _runtime.fingerprint_mismatch(
+                f"target {i} of the plan is {p!r} but the model's is {m!r}"
+            )
+    if len(planned) != len(live):
+        extra = planned[len(live)] if len(planned) > len(live) else live[len(planned)]
+        where = "the model lacks" if len(planned) > len(live) else "the plan lacks"
+        raise _runtime.fingerprint_mismatch(
+            f"the plan has {len(planned)} targets but the model {len(live)}: "
+            f"{where} {extra!r}"
+        )
+
+
+def _report(raw: dict, how: str) -> str:
+    """The compiler's report of a plan, from its JSON."""
+    lines = []
+    by_reason: dict[str, list[str]] = {}
+    for name, e in raw["entries"].items():
+        if e["reason"]:
+            by_reason.setdefault(e["reason"], []).append(name)
+    for reason, names in by_reason.items():
+        lines.append(f"load plan: {len(names)} fallback names, e.g. {names[:3]}: {reason}")
+    st = raw["stats"]
+    mib = 1 << 20
+    lines.append(
+        f"load plan: {st['names']} names: {st['direct']} direct "
+        f"({st['direct_bytes'] / mib:.1f} MiB), {st['fallback']} fallback "
+        f"({st['fallback_bytes'] / mib:.1f} MiB), {st['unneeded']} not needed on this "
+        f"rank; {how}"
+    )
+    return "\n".join(lines) + "\n"
 
 
 def _log_report(plan: LoadPlan) -> None:
@@ -412,17 +595,25 @@ def load_planned(
     boxes into its destinations, skip names this rank needs nothing of, and
     pass fallbacks to ``model.load_weights`` in arrival order.
 
-    The whole batch is checked first (names in the plan, shapes and dtypes
-    as declared, the model's tensors where the plan saw them): nothing is
-    written unless all of it is valid.
+    Direct names go through the runtime in one call per batch (bound on
+    first use, see ``LoadPlan.bind``): CPU targets with its thread pool,
+    CUDA targets on torch's current stream (incoming tensors in pageable
+    host memory are first copied to the device). Incoming tensors that are
+    not contiguous are made contiguous first.
+
+    The whole batch is checked first (names in the plan, each once, shapes
+    and dtypes as declared, the model's tensors where the plan saw them,
+    then the runtime's own checks): nothing is written unless all of it is
+    valid.
 
     Raises:
-        ValueError: a name is not in the plan, or a tensor does not match
-            its declaration.
+        ValueError: a name is not in the plan or sent twice, or a tensor
+            does not match its declaration.
         RuntimeError: the model's tensors are not the ones the plan was
             made for.
     """
     batch = list(weights)
+    seen: set[str] = set()
     for item in batch:
         if not (isinstance(item, tuple) and len(item) == 2):
             raise ValueError(f"load plan: expected (name, tensor) pairs, got {item!r}")
@@ -437,20 +628,41 @@ def load_planned(
                 f"load plan: {name!r} is {full.dtype} {tuple(full.shape)}, declared "
                 f"{entry.dtype} {entry.shape}"
             )
+    for name, _ in batch:
+        if name in seen:
+            raise ValueError(f"load plan: {name!r} is sent twice in one update")
+        seen.add(name)
     _check_layout(model, plan)
 
-    fallbacks = []
+    direct, fallbacks = [], []
+    for name, full in batch:
+        kind = plan.entries[name].kind
+        if kind == "fallback":
+            fallbacks.append((name, full))
+        elif kind == "direct":
+            direct.append((name, full))
+    state = plan._runtime
+    if state.binding is None and state.unusable is None:
+        plan.bind()
     with torch.no_grad():
-        for name, full in batch:
-            if plan.entries[name].kind == "fallback":
-                fallbacks.append((name, full))
-                continue
-            for d in plan._dests.get(name, ()):
-                part = full if d.whole else full[d.index]
-                if d.split:
-                    # The region splits box dims; splitting a dim is always
-                    # a view, so this copies nothing.
-                    part = part.view(d.view.shape)
-                d.view.copy_(part)
+        if state.binding is not None:
+            # One call for the whole batch; the runtime checks it all
+            # before it writes a byte.
+            state.binding.apply_tensors(direct)
+        else:
+            _copy_with_torch(plan, direct)
         if fallbacks:
             model.load_weights(fallbacks)
+
+
+def _copy_with_torch(plan: LoadPlan, direct: list[tuple[str, torch.Tensor]]) -> None:
+    """What the runtime does, one ``copy_`` per destination: for targets
+    the runtime cannot bind (on several devices, say)."""
+    for name, full in direct:
+        for d in plan._dests.get(name, ()):
+            part = full if d.whole else full[d.index]
+            if d.split:
+                # The region splits box dims; splitting a dim is always
+                # a view, so this copies nothing.
+                part = part.view(d.view.shape)
+            d.view.copy_(part)

@@ -1,12 +1,15 @@
 //===- LoadPlanModule.cpp - loadplan._native --------------------*- C++ -*-===//
 //
-// The Python module that compiles captured IR in process: no subprocess, no
-// temporary files. Errors become loadplan._native.CompileError (a
-// RuntimeError) carrying every error diagnostic.
+// The Python module that compiles captured IR in process (no subprocess, no
+// temporary files) and applies plans through the runtime, linked in
+// statically (Runtime.cpp). Compile errors become
+// loadplan._native.CompileError (a RuntimeError) carrying every error
+// diagnostic.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Compile.h"
+#include "Runtime.h"
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
@@ -15,7 +18,7 @@
 namespace nb = nanobind;
 
 NB_MODULE(_native, m) {
-  m.doc() = "The loadplan compiler, in process";
+  m.doc() = "The loadplan compiler and runtime, in process";
 
   static nb::object compileError =
       nb::borrow(PyErr_NewExceptionWithDoc(
@@ -56,4 +59,6 @@ NB_MODULE(_native, m) {
       "Compiles captured loadplan IR; returns a dict with 'json' (the plan "
       "as JSON), 'plan' (the binary plan file), 'report', 'ir' (the compiled "
       "module) and 'remarks'. Raises CompileError with the diagnostics.");
+
+  loadplan_python::defineRuntime(m);
 }

@@ -1,0 +1,206 @@
+"""The runtime from Python: open a plan, bind it to live torch tensors, apply
+updates.
+
+The runtime's C API (runtime/include/loadplan/runtime.h) is linked into
+``loadplan._native`` (``Plan``, ``Binding``; python/native/Runtime.cpp),
+which takes plain integers. This module reads those off torch tensors: the
+live layout of each target (``data_ptr``, byte offset, storage size, dtype
+code, shape, stride) and the pointer, dtype and shape of each incoming
+tensor, and passes a whole batch in one call. It knows nothing of load
+plans' Python side (api.py), so transfer code can bind and apply with it too.
+
+Errors are the runtime's: ``StatusError`` (a ``RuntimeError``, with
+``code`` and ``code_name``), and its subclasses ``InvalidPlan`` and
+``InvalidUpdate`` (also ``ValueError``s) and ``FingerprintMismatch``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from math import prod
+
+import torch
+
+from . import _native
+
+StatusError = _native.StatusError
+InvalidPlan = _native.InvalidPlan
+InvalidUpdate = _native.InvalidUpdate
+FingerprintMismatch = _native.FingerprintMismatch
+Plan = _native.Plan
+
+# Status codes (loadplan_status_code_t) callers test for.
+UNAVAILABLE = 7
+
+DEVICE_CPU, DEVICE_CUDA = 0, 1
+
+# torch dtype <-> loadplan_dtype_t: the runtime names each code as torch does.
+DTYPE_CODES: dict[torch.dtype, int] = {}
+for _code in range(1, _native.DTYPE_COUNT):
+    _dtype = getattr(torch, _native.dtype_name(_code), None)
+    if isinstance(_dtype, torch.dtype):
+        DTYPE_CODES[_dtype] = _code
+DTYPES: dict[int, torch.dtype] = {c: d for d, c in DTYPE_CODES.items()}
+
+
+def dtype_code(dtype: torch.dtype) -> int:
+    try:
+        return DTYPE_CODES[dtype]
+    except KeyError:
+        raise ValueError(f"load plan: the runtime has no dtype {dtype}") from None
+
+
+def dtype_of(code: int) -> torch.dtype:
+    try:
+        return DTYPES[code]
+    except KeyError:
+        raise ValueError(f"load plan: unknown dtype code {code} in the plan") from None
+
+
+def open_plan(source: bytes | str | os.PathLike) -> Plan:
+    """Checks plan bytes, or reads and checks a plan file.
+
+    Raises:
+        InvalidPlan: the bytes are malformed (the message names what).
+        StatusError: the file cannot be read.
+    """
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return Plan.from_bytes(bytes(source))
+    return Plan.from_file(os.fspath(source))
+
+
+def fingerprint_mismatch(message: str) -> FingerprintMismatch:
+    """The runtime's error for a layout found wrong before asking it."""
+    error = FingerprintMismatch(message)
+    error.code, error.code_name = 4, "fingerprint_mismatch"
+    return error
+
+
+def layout(t: torch.Tensor) -> tuple:
+    """A target as the runtime binds it: (data, byte_offset, storage_size,
+    dtype, shape, stride). ``data`` is the tensor's first byte."""
+    return (
+        t.data_ptr(),
+        t.storage_offset() * t.element_size(),
+        t.untyped_storage().nbytes(),
+        dtype_code(t.dtype),
+        tuple(t.shape),
+        tuple(t.stride()),
+    )
+
+
+def device_of(tensors: Sequence[torch.Tensor]) -> torch.device:
+    """The one device of ``tensors`` (the CPU when there are none).
+
+    Raises:
+        ValueError: they are on several devices, or on one the runtime has
+            no executor for.
+    """
+    devices = {t.device for t in tensors}
+    if len(devices) > 1:
+        raise ValueError(
+            "load plan: the targets are on several devices "
+            f"({', '.join(sorted(map(str, devices)))}); a binding has one"
+        )
+    device = devices.pop() if devices else torch.device("cpu")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"load plan: the runtime has no executor for {device.type} tensors")
+    return device
+
+
+class Binding:
+    """A plan bound to live torch tensors, one per plan target in plan
+    order. The tensors must stay where they are while the binding lives
+    (the runtime holds their addresses); the binding keeps them alive.
+
+    CPU: ``num_threads`` executor threads (None: all hardware threads).
+    CUDA: copies run on torch's current stream of the targets' device."""
+
+    def __init__(
+        self, plan: Plan, targets: Sequence[torch.Tensor], *, num_threads: int | None = None
+    ):
+        if num_threads is not None and num_threads < 1:
+            raise ValueError(f"load plan: num_threads must be at least 1, got {num_threads}")
+        self.targets = tuple(targets)
+        self.device = device_of(self.targets)  # a CUDA tensor's device has an index
+        cuda = self.device.type == "cuda"
+        self._native = _native.Binding(
+            plan,
+            [layout(t) for t in self.targets],
+            DEVICE_CUDA if cuda else DEVICE_CPU,
+            self.device.index if cuda else 0,
+            num_threads or 0,
+        )
+
+    @property
+    def num_threads(self) -> int:
+        """CPU executor threads (1 for CUDA)."""
+        return self._native.num_threads
+
+    def close(self) -> None:
+        self._native.close()
+
+    def _stream(self) -> int:
+        if self.device.type != "cuda":
+            return 0
+        return torch.cuda.current_stream(self.device).cuda_stream
+
+    def _source(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` where the executor can read it, contiguous: CPU memory for
+        the CPU; for CUDA memory of the device or pinned host memory (a
+        kernel cannot read pageable memory)."""
+        if self.device.type == "cpu":
+            if t.device.type != "cpu":
+                t = t.cpu()
+        elif t.device != self.device and not (t.device.type == "cpu" and t.is_pinned()):
+            t = t.to(self.device)
+        return t.contiguous()
+
+    def apply_tensors(self, tensors: Sequence[tuple[str, torch.Tensor]]) -> None:
+        """Copies full checkpoint tensors into their destinations, in one
+        runtime call: every name a direct entry, sent once, with the plan's
+        dtype and shape. Nothing is written unless the whole batch is valid.
+
+        Raises:
+            InvalidUpdate: the batch was refused; the message says why.
+        """
+        sources = [(name, self._source(t)) for name, t in tensors]
+        inputs = [
+            (name, t.data_ptr(), dtype_code(t.dtype), tuple(t.shape)) for name, t in sources
+        ]
+        self._native.apply_tensors(inputs, self._stream())
+        del sources  # (CUDA) stream-ordered frees of any staged copies
+
+    def apply_boxes(
+        self, boxes: Sequence[tuple[str, tuple[tuple[int, int], ...], torch.Tensor]]
+    ) -> None:
+        """Copies packed boxes, ``(name, box, elements)`` each with ``box``
+        as ``LoadPlan.get_boxes`` lists it, in one runtime call: every named
+        entry with all its boxes, each once. All or nothing.
+
+        Raises:
+            InvalidUpdate: the batch was refused; the message says why.
+        """
+        inputs = []
+        sources = []
+        for name, box, t in boxes:
+            starts = tuple(a for a, _ in box)
+            stops = tuple(b for _, b in box)
+            # The runtime reads the box's volume from the pointer: refuse
+            # fewer elements here, where the tensor's size is known.
+            if t.numel() != prod(b - a for a, b in box):
+                raise InvalidUpdate(
+                    f"load plan: box {list(box)} of {name!r} has {prod(b - a for a, b in box)} "
+                    f"elements but its tensor {t.numel()}; nothing was written"
+                )
+            t = self._source(t)
+            sources.append(t)
+            inputs.append((name, t.data_ptr(), dtype_code(t.dtype), starts, stops))
+        self._native.apply_boxes(inputs, self._stream())
+        del sources
+
+
+def cuda_available() -> bool:
+    """Whether the runtime has a CUDA executor and sees a device."""
+    return _native.cuda_device_count() > 0

@@ -1,0 +1,426 @@
+//===- Runtime.cpp - The runtime's C API in loadplan._native -----*- C++ -*-===//
+//
+// Plans, bindings and applies of the runtime (runtime/include/loadplan/
+// runtime.h), linked statically into the module: one extension, no library
+// to find at run time. The binding takes plain integers (data pointers,
+// dtype codes, shapes) so that it knows nothing of torch; loadplan._runtime
+// reads them off torch tensors. A failed call raises StatusError (a
+// RuntimeError) or one of its subclasses, with the runtime's code and
+// message.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Runtime.h"
+
+#include "loadplan/runtime.h"
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nb = nanobind;
+
+namespace {
+
+/// The exception classes, made once at import.
+struct Errors {
+  nb::object base, invalidPlan, fingerprintMismatch, invalidUpdate;
+};
+
+Errors &errors() {
+  static Errors e;
+  return e;
+}
+
+nb::object newError(const char *name, const char *doc, PyObject *bases) {
+  return nb::steal(PyErr_NewExceptionWithDoc(name, doc, bases, nullptr));
+}
+
+/// Raises the Python error of a non-NULL status, and frees it.
+void check(loadplan_status_t status) {
+  if (!status)
+    return;
+  loadplan_status_code_t code = loadplan_status_code(status);
+  std::string message = loadplan_status_message(status);
+  loadplan_status_free(status);
+  Errors &e = errors();
+  nb::object cls = e.base;
+  if (code == LOADPLAN_STATUS_INVALID_PLAN)
+    cls = e.invalidPlan;
+  else if (code == LOADPLAN_STATUS_FINGERPRINT_MISMATCH)
+    cls = e.fingerprintMismatch;
+  else if (code == LOADPLAN_STATUS_INVALID_UPDATE)
+    cls = e.invalidUpdate;
+  nb::object exc = cls(message);
+  exc.attr("code") = static_cast<int>(code);
+  exc.attr("code_name") = loadplan_status_code_name(code);
+  PyErr_SetObject(cls.ptr(), exc.ptr());
+  throw nb::python_error();
+}
+
+std::vector<int64_t> ints(const int64_t *values, uint32_t n) {
+  return std::vector<int64_t>(values, values + n);
+}
+
+/// Box `b` of an entry of rank `rank`: ((start, stop), ...).
+nb::tuple boxOf(const int64_t *boxes, uint32_t rank, uint32_t b) {
+  nb::list dims;
+  for (uint32_t k = 0; k < rank; ++k)
+    dims.append(nb::make_tuple(boxes[2 * (b * rank + k)],
+                               boxes[2 * (b * rank + k) + 1]));
+  return nb::tuple(dims);
+}
+
+/// A reference-counted runtime plan.
+class Plan {
+public:
+  explicit Plan(loadplan_plan_t *plan) : plan(plan) {}
+  Plan(const Plan &) = delete;
+  Plan &operator=(const Plan &) = delete;
+  ~Plan() { loadplan_plan_release(plan); }
+
+  static Plan *fromBytes(nb::bytes data) {
+    loadplan_plan_t *plan = nullptr;
+    loadplan_status_t status;
+    {
+      // `data` (immutable) stays referenced by the caller meanwhile.
+      nb::gil_scoped_release release;
+      status = loadplan_plan_open_bytes(data.c_str(), data.size(), &plan);
+    }
+    check(status);
+    return new Plan(plan);
+  }
+
+  static Plan *fromFile(const std::string &path) {
+    loadplan_plan_t *plan = nullptr;
+    loadplan_status_t status;
+    {
+      nb::gil_scoped_release release;
+      status = loadplan_plan_open_file(path.c_str(), &plan);
+    }
+    check(status);
+    return new Plan(plan);
+  }
+
+  nb::dict summary() const {
+    loadplan_plan_summary_t s;
+    check(loadplan_plan_summary(plan, &s));
+    nb::dict out;
+    out["fingerprint"] = s.fingerprint;
+    out["storages"] = s.num_storages;
+    out["targets"] = s.num_targets;
+    out["names"] = s.num_entries;
+    out["direct"] = s.num_direct;
+    out["fallback"] = s.num_fallback;
+    out["unneeded"] = s.num_unneeded;
+    out["writes"] = s.num_writes;
+    out["direct_bytes"] = s.direct_bytes;
+    out["fallback_bytes"] = s.fallback_bytes;
+    return out;
+  }
+
+  uint64_t storageSize(uint32_t index) const {
+    uint64_t size = 0;
+    check(loadplan_plan_storage(plan, index, &size));
+    return size;
+  }
+
+  nb::dict target(uint32_t index) const {
+    loadplan_target_info_t t;
+    check(loadplan_plan_target(plan, index, &t));
+    nb::dict out;
+    out["module"] = std::string(t.module, t.module_size);
+    out["tensor"] = std::string(t.tensor, t.tensor_size);
+    out["storage"] = t.storage;
+    out["dtype"] = t.dtype;
+    out["byte_offset"] = t.byte_offset;
+    out["shape"] = ints(t.shape, t.rank);
+    out["stride"] = ints(t.stride, t.rank);
+    return out;
+  }
+
+  /// An entry with its boxes and writes, as the JSON plan spells them
+  /// (dtype as a code, kind as its name).
+  nb::dict entry(uint32_t index) const {
+    loadplan_entry_info_t e;
+    check(loadplan_plan_entry(plan, index, &e));
+    nb::dict out;
+    out["name"] = std::string(e.name, e.name_size);
+    static const char *const kinds[] = {"direct", "fallback", "unneeded"};
+    out["kind"] = e.kind <= LOADPLAN_KIND_UNNEEDED ? kinds[e.kind] : "invalid";
+    out["dtype"] = e.dtype;
+    out["shape"] = ints(e.shape, e.rank);
+    out["reason"] = e.reason ? nb::cast(std::string(e.reason, e.reason_size))
+                             : nb::none();
+    nb::list boxes;
+    for (uint32_t b = 0; b < e.num_boxes; ++b)
+      boxes.append(boxOf(e.boxes, e.rank, b));
+    out["boxes"] = boxes;
+    nb::list writes;
+    for (uint32_t w = 0; w < e.num_writes; ++w) {
+      loadplan_write_info_t wi;
+      check(loadplan_plan_write(plan, index, w, &wi));
+      nb::dict region;
+      region["offset"] = wi.offset;
+      region["shape"] = ints(wi.shape, wi.rank);
+      region["stride"] = ints(wi.stride, wi.rank);
+      nb::dict write;
+      write["target"] = wi.target;
+      write["box"] = boxOf(e.boxes, e.rank, wi.box);
+      write["region"] = region;
+      writes.append(write);
+    }
+    out["writes"] = writes;
+    return out;
+  }
+
+  uint32_t findEntry(const std::string &name) const {
+    uint32_t index = 0;
+    check(loadplan_plan_find_entry(plan, name.data(), name.size(), &index));
+    return index;
+  }
+
+  loadplan_plan_t *plan;
+};
+
+/// Layouts as Python gives them: (data, byte_offset, storage_size, dtype,
+/// shape, stride) per target, in plan order.
+using LayoutTuple = std::tuple<uintptr_t, uint64_t, uint64_t, uint32_t,
+                               std::vector<int64_t>, std::vector<int64_t>>;
+
+std::vector<loadplan_target_layout_t>
+toLayouts(const std::vector<LayoutTuple> &in) {
+  std::vector<loadplan_target_layout_t> out(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    const auto &[data, offset, size, dtype, shape, stride] = in[i];
+    if (shape.size() != stride.size())
+      throw nb::value_error("a layout's shape and stride differ in rank");
+    out[i] = {reinterpret_cast<void *>(data), offset, size, dtype,
+              static_cast<uint32_t>(shape.size()), shape.data(),
+              stride.data()};
+  }
+  return out;
+}
+
+/// A plan bound to live memory.
+class Binding {
+public:
+  Binding(Plan &plan, const std::vector<LayoutTuple> &layouts,
+          uint32_t deviceType, int32_t deviceIndex, uint32_t numThreads) {
+    std::vector<loadplan_target_layout_t> l = toLayouts(layouts);
+    loadplan_bind_options_t options;
+    loadplan_bind_options_init(&options);
+    options.device.type = deviceType;
+    options.device.index = deviceIndex;
+    options.num_threads = numThreads;
+    loadplan_status_t status;
+    {
+      // Binding precomputes every copy (and, for CUDA, uploads them).
+      nb::gil_scoped_release release;
+      status = loadplan_bind(plan.plan, l.data(), l.size(), &options, &binding);
+    }
+    check(status);
+  }
+  Binding(const Binding &) = delete;
+  Binding &operator=(const Binding &) = delete;
+  ~Binding() { close(); }
+
+  void close() {
+    if (binding) {
+      nb::gil_scoped_release release; // CUDA: waits for pending work
+      loadplan_binding_release(binding);
+      binding = nullptr;
+    }
+  }
+
+  loadplan_binding_t *get() const {
+    if (!binding)
+      throw nb::value_error("the binding is closed");
+    return binding;
+  }
+
+  uint32_t numThreads() const {
+    uint32_t n = 0;
+    check(loadplan_binding_num_threads(get(), &n));
+    return n;
+  }
+
+  /// tensors: (name, data, dtype, shape) per full tensor.
+  void applyTensors(nb::list tensors, uintptr_t stream) {
+    size_t n = tensors.size();
+    std::vector<loadplan_tensor_t> in(n);
+    std::vector<int64_t> dims;
+    std::vector<size_t> at(n);
+    for (size_t i = 0; i < n; ++i) {
+      at[i] = dims.size();
+      in[i].rank = read(tensors[i], 1, "a tensor is (name, data, dtype, shape)",
+                        in[i].name, in[i].name_size, in[i].data, in[i].dtype,
+                        dims);
+    }
+    // Pointers into `dims` only once it no longer grows.
+    for (size_t i = 0; i < n; ++i)
+      in[i].shape = dims.data() + at[i];
+    run(loadplan_apply_tensors, in, stream);
+  }
+
+  /// boxes: (name, data, dtype, starts, stops) per packed box.
+  void applyBoxes(nb::list boxes, uintptr_t stream) {
+    size_t n = boxes.size();
+    std::vector<loadplan_box_t> in(n);
+    std::vector<int64_t> dims;
+    std::vector<size_t> at(n);
+    for (size_t i = 0; i < n; ++i) {
+      at[i] = dims.size();
+      in[i].rank = read(boxes[i], 2,
+                        "a box is (name, data, dtype, starts, stops) with "
+                        "starts and stops of one rank",
+                        in[i].name, in[i].name_size, in[i].data, in[i].dtype,
+                        dims);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      in[i].starts = dims.data() + at[i];
+      in[i].stops = dims.data() + at[i] + in[i].rank;
+    }
+    run(loadplan_apply_boxes, in, stream);
+  }
+
+private:
+  /// Reads (name, data, dtype, ints_1, ..., ints_lists) into the fields of
+  /// one input, appending the int tuples to `dims`; returns their rank.
+  static uint32_t read(nb::handle item, size_t lists, const char *form,
+                       const char *&name, size_t &nameSize, const void *&data,
+                       uint32_t &dtype, std::vector<int64_t> &dims) {
+    nb::tuple t = nb::cast<nb::tuple>(item);
+    if (t.size() != 3 + lists)
+      throw nb::value_error(form);
+    // The UTF-8 bytes of a str are owned by the str, which the caller's
+    // list keeps alive through the call.
+    if (!PyUnicode_Check(t[0].ptr()))
+      throw nb::type_error("a name must be a str");
+    Py_ssize_t size = 0;
+    name = PyUnicode_AsUTF8AndSize(t[0].ptr(), &size);
+    if (!name)
+      throw nb::python_error();
+    nameSize = static_cast<size_t>(size);
+    data = reinterpret_cast<const void *>(nb::cast<uintptr_t>(t[1]));
+    dtype = nb::cast<uint32_t>(t[2]);
+    size_t rank = 0;
+    for (size_t k = 0; k < lists; ++k) {
+      size_t before = dims.size();
+      for (nb::handle d : t[3 + k])
+        dims.push_back(nb::cast<int64_t>(d));
+      if (k == 0)
+        rank = dims.size() - before;
+      else if (dims.size() - before != rank)
+        throw nb::value_error(form);
+    }
+    return static_cast<uint32_t>(rank);
+  }
+
+  /// One runtime call for the whole batch, without the GIL.
+  template <typename Input>
+  void run(loadplan_status_t (*apply)(loadplan_binding_t *, const Input *,
+                                      size_t, void *),
+           const std::vector<Input> &in, uintptr_t stream) {
+    loadplan_binding_t *b = get();
+    loadplan_status_t status;
+    {
+      nb::gil_scoped_release release;
+      status = apply(b, in.data(), in.size(), reinterpret_cast<void *>(stream));
+    }
+    check(status);
+  }
+
+  loadplan_binding_t *binding = nullptr;
+};
+
+} // namespace
+
+void loadplan_python::defineRuntime(nb::module_ &m) {
+  Errors &e = errors();
+  e.base = newError("loadplan._native.StatusError",
+                    "A runtime call failed; `code` and `code_name` say how, "
+                    "args[0] is the runtime's message.",
+                    PyExc_RuntimeError);
+  nb::object bases = nb::make_tuple(e.base, nb::handle(PyExc_ValueError));
+  e.invalidPlan = newError("loadplan._native.InvalidPlan",
+                           "The plan bytes are malformed.", bases.ptr());
+  e.invalidUpdate = newError("loadplan._native.InvalidUpdate",
+                             "An update batch was refused; nothing was "
+                             "written.",
+                             bases.ptr());
+  e.fingerprintMismatch =
+      newError("loadplan._native.FingerprintMismatch",
+               "The live layout is not the one the plan was made for.",
+               e.base.ptr());
+  m.attr("StatusError") = e.base;
+  m.attr("InvalidPlan") = e.invalidPlan;
+  m.attr("InvalidUpdate") = e.invalidUpdate;
+  m.attr("FingerprintMismatch") = e.fingerprintMismatch;
+
+  nb::class_<Plan>(m, "Plan", "A checked plan file, held by the runtime")
+      .def_static("from_bytes", &Plan::fromBytes, nb::arg("data"),
+                  "Parses and checks plan bytes.")
+      .def_static("from_file", &Plan::fromFile, nb::arg("path"),
+                  "Reads and checks a plan file.")
+      .def("summary", &Plan::summary,
+           "Counts, bytes and the fingerprint (an int).")
+      .def("storage_size", &Plan::storageSize, nb::arg("index"))
+      .def("target", &Plan::target, nb::arg("index"),
+           "Target `index` as the plan recorded it (dtype as a code).")
+      .def("entry", &Plan::entry, nb::arg("index"),
+           "Entry `index`: name, kind, dtype code, shape, reason, boxes, "
+           "writes.")
+      .def("find_entry", &Plan::findEntry, nb::arg("name"))
+      .def(
+          "check_layout",
+          [](Plan &p, const std::vector<LayoutTuple> &layouts) {
+            std::vector<loadplan_target_layout_t> l = toLayouts(layouts);
+            check(loadplan_plan_check_layout(p.plan, l.data(), l.size()));
+          },
+          nb::arg("layouts"),
+          "Raises FingerprintMismatch, naming the first target and field "
+          "that differ, unless `layouts` (data, byte_offset, storage_size, "
+          "dtype, shape, stride per target) is the plan's layout.");
+
+  nb::class_<Binding>(m, "Binding", "A plan bound to live memory")
+      .def(nb::init<Plan &, const std::vector<LayoutTuple> &, uint32_t,
+                    int32_t, uint32_t>(),
+           nb::arg("plan"), nb::arg("layouts"), nb::arg("device_type") = 0,
+           nb::arg("device_index") = 0, nb::arg("num_threads") = 0,
+           "Binds `plan` to `layouts` (one (data, byte_offset, storage_size, "
+           "dtype, shape, stride) per target) on a device (0: CPU, 1: CUDA); "
+           "num_threads 0 means all hardware threads.")
+      .def_prop_ro("num_threads", &Binding::numThreads)
+      .def("apply_tensors", &Binding::applyTensors, nb::arg("tensors"),
+           nb::arg("stream") = 0,
+           "Applies full tensors, (name, data, dtype, shape) each, in one "
+           "call; all or nothing.")
+      .def("apply_boxes", &Binding::applyBoxes, nb::arg("boxes"),
+           nb::arg("stream") = 0,
+           "Applies packed boxes, (name, data, dtype, starts, stops) each, "
+           "in one call; all or nothing.")
+      .def("close", &Binding::close, "Releases the binding now.");
+
+  m.def("dtype_name", [](uint32_t code) { return loadplan_dtype_name(code); },
+        nb::arg("code"), "torch's name of a plan dtype code ('invalid' if none)");
+  m.attr("DTYPE_COUNT") = static_cast<int>(LOADPLAN_DTYPE_COUNT_);
+  m.def(
+      "cuda_device_count",
+      []() {
+        int32_t count = 0;
+        loadplan_status_t status = loadplan_cuda_device_count(&count);
+        if (status) {
+          // Built without CUDA: no devices for the runtime.
+          loadplan_status_free(status);
+          return -1;
+        }
+        return static_cast<int>(count);
+      },
+      "CUDA devices the runtime sees; -1 when built without CUDA.");
+}
