@@ -201,7 +201,10 @@ class LoadPlan:
         parameters and buffers, with the same dtypes, shapes, strides and
         byte offsets in their storages. The layout says nothing of which
         rank a model is, so a plan of another rank with the same shapes is
-        not refused: keep one file per rank.
+        not refused: keep one file per rank. Constant writes the loader
+        made while planning (``fill_``/``zero_`` of padding) are not in the
+        file: ``model`` should have been loaded once by its own loader, as
+        an engine's model is at start-up.
 
         Raises:
             InvalidPlan (a ValueError): the file is not a valid plan.
