@@ -108,3 +108,135 @@ loadplan::computeBoxAndRegion(ArrayRef<int64_t> ckptShape, int64_t srcOffset,
   }
   return out;
 }
+
+//===----------------------------------------------------------------------===//
+// Several boxes
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The recursive split of one copy into boxes.
+struct Splitter {
+  ArrayRef<int64_t> ckptShape;
+  SmallVector<int64_t> ckptStrides;
+  size_t maxPieces;
+  std::vector<BoxPiece> pieces;
+  /// Attempts so far, bounded so that a copy that is no union of boxes
+  /// costs little.
+  size_t calls = 0, maxCalls = 0;
+
+  /// Where to cut the run of `d` (from `srcOffset`) so that the first part
+  /// ends on a boundary of the checkpoint dims it crosses; 0 if no cut helps.
+  /// Only a run that steps one element of a checkpoint dim at a time (a
+  /// flatten) has such boundaries: its elements are the consecutive indices
+  /// [lo, hi) of the checkpoint dims up to that one.
+  int64_t runCut(int64_t srcOffset, CopyDim d) const {
+    size_t rank = ckptShape.size(), dim = 0;
+    while (dim < rank && ckptStrides[dim] > d.srcStride)
+      ++dim;
+    if (dim == rank || ckptStrides[dim] != d.srcStride)
+      return 0;
+    int64_t lo = srcOffset / ckptStrides[dim], hi = lo + d.size;
+    // The innermost level whose blocks the run starts or ends inside of; all
+    // inner levels are aligned, so a part within one block is a box.
+    int64_t block = 1;
+    for (size_t level = dim; level >= 1; --level) {
+      block *= ckptShape[level];
+      if (lo % block) {
+        int64_t cut = (lo / block + 1) * block;
+        return cut < hi ? cut - lo : 0;
+      }
+      if (hi % block) {
+        int64_t cut = hi / block * block;
+        return cut > lo ? cut - lo : 0;
+      }
+    }
+    return 0;
+  }
+
+  /// Appends the pieces of the copy of `dims` from `srcOffset` to
+  /// `dstOffset`; on failure, `pieces` is as it was.
+  LogicalResult split(int64_t srcOffset, int64_t dstOffset,
+                      SmallVector<CopyDim> dims) {
+    if (++calls > maxCalls)
+      return failure();
+    std::string why;
+    FailureOr<BoxAndRegion> br =
+        computeBoxAndRegion(ckptShape, srcOffset, dims, why);
+    if (succeeded(br)) {
+      if (pieces.size() >= maxPieces)
+        return failure();
+      pieces.push_back({dstOffset, std::move(*br)});
+      return success();
+    }
+    if (why != "source slice is not a box" &&
+        why != "source slice has a step or is not a box")
+      return failure();
+    SmallVector<size_t> live;
+    for (size_t k = 0; k < dims.size(); ++k) {
+      if (dims[k].size == 0)
+        return failure();
+      if (dims[k].size > 1)
+        live.push_back(k);
+    }
+    llvm::sort(live, [&](size_t a, size_t b) {
+      return dims[a].srcStride < dims[b].srcStride;
+    });
+    size_t mark = pieces.size();
+    // Cut a run at a checkpoint boundary it crosses, innermost first.
+    for (size_t k : live) {
+      int64_t cut = runCut(srcOffset, dims[k]);
+      if (!cut)
+        continue;
+      SmallVector<CopyDim> first = dims, second = dims;
+      first[k].size = cut;
+      second[k].size = dims[k].size - cut;
+      if (succeeded(split(srcOffset, dstOffset, first)) &&
+          succeeded(split(srcOffset + cut * dims[k].srcStride,
+                          dstOffset + cut * dims[k].dstStride, second)))
+        return success();
+      pieces.resize(mark);
+      break;
+    }
+    // Else split the outermost dim into its elements.
+    if (live.size() < 2)
+      return failure();
+    size_t outer = live.back();
+    CopyDim d = dims[outer];
+    if (static_cast<size_t>(d.size) > maxPieces - pieces.size())
+      return failure();
+    dims[outer].size = 1;
+    for (int64_t i = 0; i < d.size; ++i)
+      if (failed(split(srcOffset + i * d.srcStride,
+                       dstOffset + i * d.dstStride, dims))) {
+        pieces.resize(mark);
+        return failure();
+      }
+    return success();
+  }
+};
+} // namespace
+
+FailureOr<std::vector<BoxPiece>>
+loadplan::computeBoxesAndRegions(ArrayRef<int64_t> ckptShape,
+                                 int64_t srcOffset, ArrayRef<CopyDim> dims,
+                                 std::string &why, size_t maxPieces) {
+  FailureOr<BoxAndRegion> br =
+      computeBoxAndRegion(ckptShape, srcOffset, dims, why);
+  if (succeeded(br)) {
+    std::vector<BoxPiece> one;
+    one.push_back({0, std::move(*br)});
+    return one;
+  }
+  // A step is not several boxes (the seeds fall back); a source that is not
+  // a box may be.
+  if (why != "source slice is not a box")
+    return failure();
+  Splitter splitter{ckptShape, {}, maxPieces, {}};
+  splitter.maxCalls = 4 * maxPieces;
+  splitter.ckptStrides.assign(ckptShape.size(), 1);
+  for (int64_t j = static_cast<int64_t>(ckptShape.size()) - 2; j >= 0; --j)
+    splitter.ckptStrides[j] = splitter.ckptStrides[j + 1] * ckptShape[j + 1];
+  if (failed(splitter.split(srcOffset, 0, llvm::to_vector(dims))))
+    return failure(); // `why` keeps the reason of the whole copy
+  return std::move(splitter.pieces);
+}

@@ -28,11 +28,15 @@ using namespace mlir::loadplan;
 
 namespace {
 
-/// What the walk learnt about one name.
+/// What the walk learnt about one name. Reasons rank as in the seeds: the
+/// event that stopped its loader, else the first event recorded while
+/// tracing (an op applied to it, a cast, a write without copy_, a read of a
+/// destination), else the first copy --loadplan-to-boxes refused.
 struct NameState {
   std::string reason;
   bool hasReason = false;
   bool stop = false;
+  bool fromEvent = false;
   bool wrote = false;
 };
 
@@ -104,13 +108,14 @@ void DetectFallbacksPass::runOnOperation() {
     return signalPassFailure();
 
   llvm::DenseMap<Operation *, NameState> states;
-  auto mark = [&](CheckpointOp c, StringRef reason, bool stop) {
+  auto mark = [&](CheckpointOp c, StringRef reason, bool stop,
+                  bool fromEvent) {
     NameState &s = states[c];
-    if (stop && !s.stop) {
-      s.stop = true;
-      s.reason = reason.str();
-      s.hasReason = true;
-    } else if (!s.hasReason) {
+    if (s.stop)
+      return;
+    if (stop || !s.hasReason || (fromEvent && !s.fromEvent)) {
+      s.stop = stop;
+      s.fromEvent = fromEvent;
       s.reason = reason.str();
       s.hasReason = true;
     }
@@ -141,14 +146,17 @@ void DetectFallbacksPass::runOnOperation() {
             it != lastWriter.end() ? it->second : checkpoint;
         mark(blamed,
              ("its loader reads the destination (" + read.getOp() + ")").str(),
-             false);
+             /*stop=*/false, /*fromEvent=*/true);
         continue;
       }
       bool stop;
       std::optional<std::string> reason = eventReason(&op, stop);
       if (!reason)
         continue;
-      mark(checkpoint, *reason, stop);
+      // A fallback op that does not stop is a refused copy (or an earlier
+      // run's reason, or an overlap): it ranks below tracing events.
+      bool fromEvent = !isa<FallbackOp>(op);
+      mark(checkpoint, *reason, stop, fromEvent);
       if (auto apply = dyn_cast<ApplyOp>(op))
         if (ArrayAttr names = apply.getNamesAttr())
           for (auto name : names.getAsValueRange<StringAttr>()) {
@@ -158,7 +166,7 @@ void DetectFallbacksPass::runOnOperation() {
                                 << "', which is not declared";
               return signalPassFailure();
             }
-            mark(other->second, *reason, false);
+            mark(other->second, *reason, /*stop=*/false, /*fromEvent=*/true);
           }
     }
   }
@@ -189,7 +197,18 @@ void DetectFallbacksPass::runOnOperation() {
       if (isa<FallbackOp, ValueReadOp, MetaFailureOp, ReadTargetOp>(op) ||
           (s.stop && isa<WriteOp, CopyOp, InplaceWriteOp, WriteOtherOp>(op)))
         op.erase();
+      // A copy of no element counted as a write; a direct name drops it (a
+      // fallback name keeps it, so that a rerun finds the same names
+      // lonely).
+      else if (auto copy = dyn_cast<CopyOp>(op);
+               copy && !s.hasReason && copy.getDest().getNumElements() == 0)
+        copy.erase();
     }
+    // Views that fed only such copies are dead now.
+    if (!s.hasReason)
+      for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block)))
+        if (isa<AsStridedOp, ReshapeOp>(op) && op.use_empty())
+          op.erase();
     if (!s.hasReason)
       continue;
     OpBuilder builder = OpBuilder::atBlockBegin(&block);

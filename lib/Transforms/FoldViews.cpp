@@ -31,10 +31,20 @@ namespace {
 /// storage, and for a clone, where its own storage starts in the checkpoint
 /// tensor when that storage is a contiguous run of it (so as_strided of the
 /// clone is still a layout of the checkpoint tensor).
+///
+/// A reshape that no strides give keeps its input's layout X and its own
+/// shape: its elements are X's in row-major order (`reshaped`). Views that
+/// keep that order (reshapes, aligned slices and selects) fold into it; a
+/// copy from it views the destination as X's shape instead.
 struct Known {
   Strided layout;
   bool isClone = false;
   std::optional<int64_t> cloneBase;
+  /// The shape of a reshape of `layout`'s elements, and why no strides of
+  /// the checkpoint tensor give it (the reason a view of it that the fold
+  /// cannot express falls back with).
+  std::optional<SmallVector<int64_t>> reshaped;
+  std::string reshapeWhy;
 };
 
 struct FoldViewsPass : public loadplan::impl::FoldViewsBase<FoldViewsPass> {
@@ -48,10 +58,178 @@ static RankedTensorType tensorType(Value v) {
   return cast<RankedTensorType>(v.getType());
 }
 
+/// Narrows X (`x`) so that its row-major elements are those of rows
+/// [lo, hi) of dim `dim` of its reshape to `shape`, and shrinks `shape`
+/// accordingly; fails when they are not a box of X (a slice not aligned to
+/// the dims the reshape merged). Size-1 dims do not change the row-major
+/// order, so the dims of both shapes larger than 1 are grouped where their
+/// running products meet; dim `dim` must open its group, and the rows are
+/// then one contiguous range of the group's X dims.
+static LogicalResult sliceReshaped(Strided &x, SmallVector<int64_t> &shape,
+                                   int64_t dim, int64_t lo, int64_t hi) {
+  if (hi - lo == shape[dim]) {
+    return success();
+  }
+  if (hi <= lo || x.numElements() == 0)
+    return failure();
+  SmallVector<size_t> xs, ss;
+  for (size_t k = 0; k < x.shape.size(); ++k)
+    if (x.shape[k] > 1)
+      xs.push_back(k);
+  for (size_t k = 0; k < shape.size(); ++k)
+    if (shape[k] > 1)
+      ss.push_back(k);
+  size_t i = 0, j = 0;
+  while (j < ss.size()) {
+    size_t xBegin = i, sBegin = j;
+    int64_t px = 1, ps = 1;
+    do {
+      if (px <= ps) {
+        if (i == xs.size())
+          return failure();
+        px *= x.shape[xs[i++]];
+      } else {
+        if (j == ss.size())
+          return failure();
+        ps *= shape[ss[j++]];
+      }
+    } while (px != ps);
+    if (llvm::find(ArrayRef<size_t>(ss).slice(sBegin, j - sBegin),
+                   static_cast<size_t>(dim)) == ss.begin() + j)
+      continue; // not this group
+    if (ss[sBegin] != static_cast<size_t>(dim))
+      return failure(); // an inner dim of a merge: rows with gaps
+    int64_t inner = 1;
+    for (size_t k = sBegin + 1; k < j; ++k)
+      inner *= shape[ss[k]];
+    // The group's flat range [a, b) as a box of its X dims: the innermost
+    // dim t whose blocks both ends are aligned to, within one index of the
+    // dims outside it.
+    int64_t a = lo * inner, b = hi * inner, block = 1;
+    for (size_t t = i; t-- > xBegin;) {
+      int64_t n = x.shape[xs[t]];
+      if (a % block == 0 && b % block == 0 &&
+          a / (block * n) == (b - 1) / (block * n)) {
+        // Dims outside t keep one index, t a range, inner dims everything.
+        int64_t outer = a / block;
+        int64_t first = outer % n;
+        x.offset += first * x.stride[xs[t]];
+        x.shape[xs[t]] = (b - a) / block;
+        outer /= n;
+        for (size_t u = t; u-- > xBegin;) {
+          int64_t m = x.shape[xs[u]];
+          x.offset += (outer % m) * x.stride[xs[u]];
+          x.shape[xs[u]] = 1;
+          outer /= m;
+        }
+        shape[dim] = hi - lo;
+        return success();
+      }
+      if (a % (block * n) || b % (block * n))
+        return failure(); // an outer dim's block cuts through both ends
+      block *= n;
+    }
+    return failure();
+  }
+  return failure();
+}
+
+/// The layout `op` gives its result when its input is a reshape of strided
+/// elements (`in.reshaped`), or failure with the reshape's reason when the
+/// fold cannot express it.
+static FailureOr<Known> foldReshaped(Operation *op, const Known &in,
+                                     std::string &why) {
+  Known out = in;
+  SmallVector<int64_t> &shape = *out.reshaped;
+  ArrayRef<int64_t> resultShape =
+      tensorType(op->getResult(0)).getShape();
+  // Rows [lo, hi) of `dim` of the reshape, found as a slice of a layout whose
+  // only stride is 1 at `dim` finds them, with torch's clamping.
+  auto rows = [&](int64_t argDim, auto apply, int64_t &dim, int64_t &lo,
+                  int64_t &hi) -> LogicalResult {
+    std::string ignored;
+    FailureOr<int64_t> d = wrapDim(argDim, shape.size(), ignored);
+    if (failed(d) || shape.empty())
+      return failure();
+    Strided probe{0, shape, SmallVector<int64_t>(shape.size(), 0)};
+    probe.stride[*d] = 1;
+    if (failed(apply(probe)))
+      return failure();
+    dim = *d;
+    lo = probe.offset;
+    hi = lo + (probe.shape.size() == shape.size() ? probe.shape[*d] : 1);
+    return success();
+  };
+  bool ok =
+      llvm::TypeSwitch<Operation *, bool>(op)
+          .Case([&](SliceOp v) {
+            int64_t dim, lo, hi;
+            std::string ignored;
+            if (failed(rows(
+                    v.getDim(),
+                    [&](Strided &p) {
+                      return applySlice(p, v.getDim(), v.getStart(),
+                                        v.getEnd(), v.getStep(), ignored);
+                    },
+                    dim, lo, hi)))
+              return false;
+            // A step leaves gaps, unless it keeps at most one row.
+            if (v.getStep() != 1 && resultShape[dim] > 1)
+              return false;
+            hi = lo + resultShape[dim];
+            return succeeded(sliceReshaped(out.layout, shape, dim, lo, hi));
+          })
+          .Case([&](SelectOp v) {
+            int64_t dim, lo, hi;
+            std::string ignored;
+            if (failed(rows(
+                    v.getDim(),
+                    [&](Strided &p) {
+                      return applySelect(p, v.getDim(), v.getIndex(),
+                                         ignored);
+                    },
+                    dim, lo, hi)))
+              return false;
+            if (failed(sliceReshaped(out.layout, shape, dim, lo, hi)))
+              return false;
+            shape.erase(shape.begin() + dim);
+            return true;
+          })
+          .Case<ViewShapeOp, ReshapeOp, FlattenOp, UnflattenOp, UnsqueezeOp,
+                SqueezeOp>([&](Operation *) {
+            // Reshapes of a reshape: the same row-major elements.
+            shape.assign(resultShape.begin(), resultShape.end());
+            return true;
+          })
+          .Case<AliasOp>([&](Operation *) { return true; })
+          .Case([&](CloneOp) {
+            out.isClone = true;
+            out.cloneBase.reset();
+            return true;
+          })
+          .Default([&](Operation *) { return false; });
+  if (!ok) {
+    why = in.reshapeWhy;
+    return failure();
+  }
+  // Where the narrowed elements are a strided view after all, they fold as
+  // one.
+  Strided plain = out.layout;
+  std::string ignored;
+  if (succeeded(applyView(plain, shape, ignored))) {
+    out.layout = std::move(plain);
+    out.reshaped.reset();
+    out.reshapeWhy.clear();
+  }
+  return out;
+}
+
 /// The layout `op` gives its result when its input has `in`, or failure with
 /// the reason when no strided layout of the checkpoint tensor is.
 static FailureOr<Known> foldOne(Operation *op, const Known &in,
                                 std::string &why) {
+  if (in.reshaped)
+    return foldReshaped(op, in, why);
   Known out;
   out.layout = in.layout;
   Strided &s = out.layout;
@@ -60,12 +238,17 @@ static FailureOr<Known> foldOne(Operation *op, const Known &in,
     bool notViewable = false;
     if (succeeded(applyView(s, resultShape, why, &notViewable)))
       return success();
-    if (notViewable)
-      why = in.isClone ? "reshapes a copy of a non-contiguous view into a "
-                         "layout no strides of the checkpoint tensor give"
-                       : "reshapes a non-contiguous view (a copy that is not "
-                         "a strided view of the checkpoint tensor)";
-    return failure();
+    if (!notViewable)
+      return failure();
+    // No strides give it: keep the elements of `in` in the new shape.
+    s = in.layout;
+    out.reshaped.emplace(resultShape.begin(), resultShape.end());
+    out.reshapeWhy =
+        in.isClone ? "reshapes a copy of a non-contiguous view into a "
+                     "layout no strides of the checkpoint tensor give"
+                   : "reshapes a non-contiguous view (a copy that is not "
+                     "a strided view of the checkpoint tensor)";
+    return success();
   };
   LogicalResult result =
       llvm::TypeSwitch<Operation *, LogicalResult>(op)
@@ -186,13 +369,26 @@ void FoldViewsPass::runOnOperation() {
     }
     Strided &l = folded->layout;
     auto layout = LayoutAttr::get(&getContext(), l.offset, l.shape, l.stride);
-    auto strided = AsStridedOp::create(builder, op.getLoc(),
-                                       op.getResult(0).getType(), incoming,
-                                       layout);
-    known[strided.getResult()] = *folded;
-    op.getResult(0).replaceAllUsesWith(strided.getResult());
+    auto resultType = cast<RankedTensorType>(op.getResult(0).getType());
+    Value result;
+    if (folded->reshaped) {
+      // A reshape of a strided layout that no strides give.
+      auto strided = AsStridedOp::create(
+          builder, op.getLoc(), resultType.clone(l.shape), incoming, layout);
+      auto reshaped = ReshapeOp::create(builder, op.getLoc(), resultType,
+                                        strided.getResult());
+      views.push_back(strided);
+      views.push_back(reshaped);
+      result = reshaped.getResult();
+    } else {
+      auto strided = AsStridedOp::create(builder, op.getLoc(), resultType,
+                                         incoming, layout);
+      views.push_back(strided);
+      result = strided.getResult();
+    }
+    known[result] = std::move(*folded);
+    op.getResult(0).replaceAllUsesWith(result);
     op.erase();
-    views.push_back(strided);
     ++numFolded;
   }
   // Intermediate layouts of a chain are dead now.

@@ -56,19 +56,28 @@ static std::string lostReason(Value value) {
   return "not a view of the checkpoint tensor";
 }
 
-/// The copy as a write, or failure with the reason in `why`. Sets `empty`
-/// when the copy writes no element.
-static FailureOr<std::pair<BoxAttr, RegionAttr>>
+/// One write of a copy: a box and a region.
+using BoxRegion = std::pair<BoxAttr, RegionAttr>;
+
+/// The copy as writes (one per box; several when its elements are a union of
+/// boxes), or failure with the reason in `why`. Sets `empty` when the copy
+/// writes no element.
+static FailureOr<SmallVector<BoxRegion>>
 reduceCopy(CopyOp copy, CheckpointOp checkpoint, TargetOp target,
            std::string &why, bool &empty) {
   empty = false;
-  auto src = copy.getSrc().getDefiningOp<AsStridedOp>();
-  if (!src || src.getInput() != checkpoint.getIncoming()) {
-    why = copy.getSrc() == checkpoint.getIncoming()
-              ? std::string()
-              : lostReason(copy.getSrc());
+  Value incoming = checkpoint.getIncoming();
+  // The source: a strided layout of the checkpoint tensor, or a reshape of
+  // one that no strides give (its elements in another shape).
+  auto reshape = copy.getSrc().getDefiningOp<ReshapeOp>();
+  auto src = reshape ? reshape.getInput().getDefiningOp<AsStridedOp>()
+                     : copy.getSrc().getDefiningOp<AsStridedOp>();
+  if (!src || src.getInput() != incoming) {
+    why = copy.getSrc() == incoming ? std::string()
+                                    : lostReason(copy.getSrc());
     if (!why.empty())
       return failure();
+    reshape = nullptr;
   }
   RankedTensorType ckpt = checkpoint.getTensorType();
   Type srcType = ckpt.getElementType();
@@ -91,38 +100,54 @@ reduceCopy(CopyOp copy, CheckpointOp checkpoint, TargetOp target,
                                  llvm::to_vector(src.getLayout().getShape()),
                                  llvm::to_vector(src.getLayout().getStride())}
                        : Strided::contiguous(ckpt.getShape());
-  if (ArrayRef<int64_t>(layout.shape) != dest.getShape()) {
-    if (layout.numElements() != dest.getNumElements()) {
-      why = "broadcasting copy_";
-      return failure();
-    }
-    std::string viewWhy;
-    if (failed(applyView(layout, dest.getShape(), viewWhy))) {
+  Strided dst{dest.getOffset(), llvm::to_vector(dest.getShape()),
+              llvm::to_vector(dest.getStride())};
+  if (layout.numElements() != dest.getNumElements()) {
+    why = "broadcasting copy_";
+    return failure();
+  }
+  std::string viewWhy;
+  if (reshape) {
+    // copy_(reshape(X), D) moves X's elements in row-major order to D's:
+    // it is copy_(X, D viewed as X's shape) when D's strides allow that.
+    if (dst.shape != layout.shape &&
+        failed(applyView(dst, layout.shape, viewWhy))) {
       why = "copy_ with a reshape that is not a view";
       return failure();
     }
+  } else if (layout.shape != dst.shape &&
+             failed(applyView(layout, dst.shape, viewWhy))) {
+    why = "copy_ with a reshape that is not a view";
+    return failure();
   }
   SmallVector<CopyDim> dims;
-  for (auto [n, s, d] :
-       llvm::zip(dest.getShape(), layout.stride, dest.getStride()))
+  for (auto [n, s, d] : llvm::zip(dst.shape, layout.stride, dst.stride))
     dims.push_back({n, s, d});
-  FailureOr<BoxAndRegion> br =
-      computeBoxAndRegion(ckpt.getShape(), layout.offset, dims, why);
-  if (failed(br))
+  FailureOr<std::vector<BoxPiece>> pieces =
+      computeBoxesAndRegions(ckpt.getShape(), layout.offset, dims, why);
+  if (failed(pieces))
     return failure();
   MLIRContext *ctx = copy.getContext();
-  return std::make_pair(
-      BoxAttr::get(ctx, br->starts, br->stops),
-      RegionAttr::get(ctx, dest.getOffset(), br->dstShape, br->dstStride));
+  SmallVector<BoxRegion> out;
+  for (const BoxPiece &p : *pieces) {
+    const BoxAndRegion &br = p.boxAndRegion;
+    out.push_back({BoxAttr::get(ctx, br.starts, br.stops),
+                   RegionAttr::get(ctx, dst.offset + p.dstOffset, br.dstShape,
+                                   br.dstStride)});
+  }
+  return out;
 }
 
-/// Erases `copy` and the view that fed it when nothing else uses it: a write
-/// carries all the copy said.
+/// Erases `copy` and the views that fed it when nothing else uses them: a
+/// write carries all the copy said.
 static void eraseWithDeadSource(CopyOp copy) {
   Operation *src = copy.getSrc().getDefiningOp();
   copy.erase();
-  if (src && isa<AsStridedOp>(src) && src->use_empty())
+  while (src && isa<AsStridedOp, ReshapeOp>(src) && src->use_empty()) {
+    Operation *input = src->getOperand(0).getDefiningOp();
     src->erase();
+    src = input;
+  }
 }
 
 void ToBoxesPass::runOnOperation() {
@@ -141,12 +166,15 @@ void ToBoxesPass::runOnOperation() {
       auto reduced = reduceCopy(copy, checkpoint, target, why, empty);
       OpBuilder builder(copy);
       if (succeeded(reduced)) {
-        WriteOp::create(builder, copy.getLoc(), copy.getTargetAttr(),
-                        reduced->first, reduced->second);
+        for (const BoxRegion &w : *reduced)
+          WriteOp::create(builder, copy.getLoc(), copy.getTargetAttr(),
+                          w.first, w.second);
         eraseWithDeadSource(copy);
         ++numWrites;
       } else if (empty) {
-        eraseWithDeadSource(copy);
+        // It writes nothing, but the name did copy: the copy stays for
+        // --loadplan-detect-fallbacks to count (as the seeds count it), which
+        // then drops it.
       } else {
         FallbackOp::create(builder, copy.getLoc(), StringRef(why),
                            /*stop=*/false);

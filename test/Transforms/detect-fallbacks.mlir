@@ -78,15 +78,55 @@ module {
   loadplan.checkpoint "write_other" : tensor<8xbf16> (%w) {
     loadplan.write_other "aten.copy_" (%w) : tensor<8xbf16>
   }
-  // The first reason in program order wins.
-  // CHECK-LABEL: loadplan.checkpoint "first_reason"
-  // CHECK-NEXT:    loadplan.fallback "source slice has a step or is not a box"{{$}}
+  // As in the seeds, a reason recorded while tracing beats a refused copy,
+  // even one that came first.
+  // CHECK-LABEL: loadplan.checkpoint "event_beats_copy"
+  // CHECK-NEXT:    loadplan.fallback "writes it without Tensor.copy_ (aten.mul_)"{{$}}
   // CHECK-NOT:     loadplan.fallback
   // CHECK:       }
-  loadplan.checkpoint "first_reason" : tensor<8xbf16> (%w) {
+  loadplan.checkpoint "event_beats_copy" : tensor<8xbf16> (%w) {
     %0 = loadplan.slice %w dim 0 start 0 end 8 step 2 : tensor<8xbf16> -> tensor<4xbf16>
     loadplan.copy %0 to @p <offset = 24, shape = [4], stride = [1]> as bf16 : tensor<4xbf16>
     loadplan.inplace_write "aten.mul_" (%w) into @p : tensor<8xbf16>
+  }
+  // Among events, and among refused copies, the first in program order wins.
+  // CHECK-LABEL: loadplan.checkpoint "first_event"
+  // CHECK-NEXT:    loadplan.fallback "casts bfloat16 to float32 (send it as float32 to make it direct)"{{$}}
+  // CHECK-NOT:     loadplan.fallback
+  // CHECK:       }
+  loadplan.checkpoint "first_event" : tensor<8xbf16> (%w) {
+    %0 = loadplan.convert %w : tensor<8xbf16> -> tensor<8xf32>
+    %1 = loadplan.apply "aten.mul.Tensor" (%w) : (tensor<8xbf16>) -> tensor<8xbf16>
+    loadplan.copy %1 to @p <offset = 40, shape = [8], stride = [1]> as bf16 : tensor<8xbf16>
+  }
+  // CHECK-LABEL: loadplan.checkpoint "first_refused_copy"
+  // CHECK-NEXT:    loadplan.fallback "source slice has a step or is not a box"{{$}}
+  // CHECK-NOT:     loadplan.fallback
+  // CHECK:       }
+  loadplan.checkpoint "first_refused_copy" : tensor<8xbf16> (%w) {
+    %0 = loadplan.slice %w dim 0 start 0 end 8 step 2 : tensor<8xbf16> -> tensor<4xbf16>
+    loadplan.copy %0 to @p <offset = 48, shape = [4], stride = [1]> as bf16 : tensor<4xbf16>
+    loadplan.copy %w to @p <offset = 56, shape = [8], stride = [1]> as f32 : tensor<8xbf16>
+  }
+  // A copy of no element counts as a write: a fallback whose only copy is
+  // empty is not lonely (the seeds count it).
+  // CHECK-LABEL: loadplan.checkpoint "empty_copy_wrote"
+  // CHECK-NEXT:    loadplan.fallback "applies aten.mul.Tensor to it"{{$}}
+  // CHECK:         loadplan.copy %{{.*}} shape = [0]
+  loadplan.checkpoint "empty_copy_wrote" : tensor<8xbf16> (%w) {
+    %0 = loadplan.slice %w dim 0 start 8 end 8 step 1 : tensor<8xbf16> -> tensor<0xbf16>
+    loadplan.copy %0 to @p <offset = 0, shape = [0], stride = [1]> as bf16 : tensor<0xbf16>
+    %1 = loadplan.apply "aten.mul.Tensor" (%w) : (tensor<8xbf16>) -> tensor<8xbf16>
+  }
+  // A direct name drops its empty copy.
+  // CHECK-LABEL: loadplan.checkpoint "empty_copy_direct"
+  // CHECK-NEXT:    loadplan.write @p box <[0, 4]>
+  // CHECK-NEXT:  }
+  loadplan.checkpoint "empty_copy_direct" : tensor<8xbf16> (%w) {
+    %0 = loadplan.slice %w dim 0 start 8 end 8 step 1 : tensor<8xbf16> -> tensor<0xbf16>
+    loadplan.copy %0 to @p <offset = 0, shape = [0], stride = [1]> as bf16 : tensor<0xbf16>
+    %1 = loadplan.slice %w dim 0 start 0 end 4 step 1 : tensor<8xbf16> -> tensor<4xbf16>
+    loadplan.copy %1 to @p <offset = 64, shape = [4], stride = [1]> as bf16 : tensor<4xbf16>
   }
   // A name without events stays direct.
   // CHECK-LABEL: loadplan.checkpoint "direct"

@@ -220,13 +220,14 @@ module {
 module {
   loadplan.storage @s size 4096
   loadplan.target @p module "m" tensor "p" storage @s byte_offset 0 stride [1] : tensor<2048xbf16>
-  // A reshape that would copy is no strided layout: it becomes an apply
-  // with the reason, and views after it stay as they are.
+  // A reshape that would copy is no strided layout, but its elements are
+  // still the checkpoint's: it stays a loadplan.reshape of the strided
+  // layout it reshapes. A slice of it aligned to the dims it merged narrows
+  // that layout (rows 0..12 of the flat [24] are rows 0..3 of the [6, 4]).
   // CHECK-LABEL: loadplan.checkpoint "reshape_non_contiguous"
-  // CHECK-NEXT:    loadplan.as_strided %w <offset = 0, shape = [6, 4], stride = [1, 6]>
-  // CHECK-NEXT:    %[[A:.*]] = loadplan.apply "aten.reshape"(%{{.*}}) {reason = "reshapes a non-contiguous view (a copy that is not a strided view of the checkpoint tensor)"}
-  // CHECK-NEXT:    %[[S:.*]] = loadplan.slice %[[A]] dim 0
-  // CHECK-NEXT:    loadplan.copy %[[S]]
+  // CHECK-NEXT:    %[[X:.*]] = loadplan.as_strided %w <offset = 0, shape = [3, 4], stride = [1, 6]> : tensor<4x6xbf16> -> tensor<3x4xbf16>
+  // CHECK-NEXT:    %[[R:.*]] = loadplan.reshape %[[X]] : tensor<3x4xbf16> -> tensor<12xbf16>
+  // CHECK-NEXT:    loadplan.copy %[[R]]
   loadplan.checkpoint "reshape_non_contiguous" : tensor<4x6xbf16> (%w) {
     %0 = loadplan.transpose %w dim0 0 dim1 1 : tensor<4x6xbf16> -> tensor<6x4xbf16>
     %1 = loadplan.reshape %0 : tensor<6x4xbf16> -> tensor<24xbf16>
@@ -235,8 +236,8 @@ module {
   }
   // flatten is a reshape too.
   // CHECK-LABEL: loadplan.checkpoint "flatten_non_contiguous"
-  // CHECK-NEXT:    loadplan.as_strided
-  // CHECK-NEXT:    loadplan.apply "aten.flatten"(%{{.*}}) {reason = "reshapes a non-contiguous view
+  // CHECK-NEXT:    loadplan.as_strided %w <offset = 0, shape = [4, 3], stride = [6, 1]>
+  // CHECK-NEXT:    loadplan.reshape %{{.*}} : tensor<4x3xbf16> -> tensor<12xbf16>
   loadplan.checkpoint "flatten_non_contiguous" : tensor<4x6xbf16> (%w) {
     %0 = loadplan.slice %w dim 1 start 0 end 3 step 1 : tensor<4x6xbf16> -> tensor<4x3xbf16>
     %1 = loadplan.flatten %0 start_dim 0 end_dim 1 : tensor<4x3xbf16> -> tensor<12xbf16>
@@ -251,9 +252,12 @@ module {
     loadplan.copy %1 to @p <offset = 200, shape = [4, 2, 3], stride = [6, 3, 1]> as bf16 : tensor<4x2x3xbf16>
   }
   // Reshaping a clone of a non-contiguous view gives its elements in an
-  // order no strides of the checkpoint tensor give.
+  // order no strides of the checkpoint tensor give: a reshape of the
+  // clone's source.
   // CHECK-LABEL: loadplan.checkpoint "reshape_of_clone"
-  // CHECK:         loadplan.apply "aten.view"(%{{.*}}) {reason = "reshapes a copy of a non-contiguous view into a layout no strides of the checkpoint tensor give"}
+  // CHECK-NEXT:    %[[X:.*]] = loadplan.as_strided %w <offset = 0, shape = [6, 4], stride = [1, 6]>
+  // CHECK-NEXT:    %[[R:.*]] = loadplan.reshape %[[X]] : tensor<6x4xbf16> -> tensor<24xbf16>
+  // CHECK-NEXT:    loadplan.copy %[[R]]
   loadplan.checkpoint "reshape_of_clone" : tensor<4x6xbf16> (%w) {
     %0 = loadplan.transpose %w dim0 0 dim1 1 : tensor<4x6xbf16> -> tensor<6x4xbf16>
     %1 = loadplan.clone %0 : tensor<6x4xbf16>
@@ -292,5 +296,61 @@ module {
   loadplan.checkpoint "zero_dim" : tensor<f32> (%w) {
     %0 = loadplan.view %w : tensor<f32> -> tensor<1xf32>
     loadplan.copy %0 to @p <offset = 100, shape = [1], stride = [1]> as f32 : tensor<1xf32>
+  }
+}
+
+// -----
+
+// Reshapes that no strides give, and the views after them.
+module {
+  loadplan.storage @s size 1024
+  loadplan.target @p module "m" tensor "p" storage @s byte_offset 0 stride [4, 1] : tensor<16x4xbf16>
+  // Mistral's q/k permute, w.view(2, 2, 2, 4).transpose(1, 2).reshape(8, 4),
+  // then the narrow to TP rank 1's rows 4..8: head 1 of the permuted layout.
+  // CHECK-LABEL: loadplan.checkpoint "mistral_permute"
+  // CHECK-NEXT:    %[[X:.*]] = loadplan.as_strided %w <offset = 16, shape = [1, 2, 2, 4], stride = [16, 4, 8, 1]> : tensor<8x4xbf16> -> tensor<1x2x2x4xbf16>
+  // CHECK-NEXT:    %[[R:.*]] = loadplan.reshape %[[X]] : tensor<1x2x2x4xbf16> -> tensor<4x4xbf16>
+  // CHECK-NEXT:    loadplan.copy %[[R]] to @p <offset = 32
+  loadplan.checkpoint "mistral_permute" : tensor<8x4xbf16> (%w) {
+    %0 = loadplan.view %w : tensor<8x4xbf16> -> tensor<2x2x2x4xbf16>
+    %1 = loadplan.transpose %0 dim0 1 dim1 2 : tensor<2x2x2x4xbf16> -> tensor<2x2x2x4xbf16>
+    %2 = loadplan.clone %1 : tensor<2x2x2x4xbf16>
+    %3 = loadplan.view %2 : tensor<2x2x2x4xbf16> -> tensor<8x4xbf16>
+    %4 = loadplan.slice %3 dim 0 start 4 end 8 step 1 : tensor<8x4xbf16> -> tensor<4x4xbf16>
+    loadplan.copy %4 to @p <offset = 32, shape = [4, 4], stride = [4, 1]> as bf16 : tensor<4x4xbf16>
+  }
+  // A select of a merged dim at an index aligned to the dims it merged, then
+  // an alias: one row of the transposed [4, 6] is one column of the
+  // checkpoint, a strided layout again.
+  // CHECK-LABEL: loadplan.checkpoint "select_of_reshape"
+  // CHECK-NEXT:    %[[X:.*]] = loadplan.as_strided %w <offset = 2, shape = [4], stride = [6]> : tensor<4x6xbf16> -> tensor<4xbf16>
+  // CHECK-NEXT:    loadplan.copy %[[X]]
+  loadplan.checkpoint "select_of_reshape" : tensor<4x6xbf16> (%w) {
+    %0 = loadplan.transpose %w dim0 0 dim1 1 : tensor<4x6xbf16> -> tensor<6x4xbf16>
+    %1 = loadplan.reshape %0 : tensor<6x4xbf16> -> tensor<3x8xbf16>
+    %2 = loadplan.select %1 dim 0 index 1 : tensor<3x8xbf16> -> tensor<8xbf16>
+    %3 = loadplan.slice %2 dim 0 start 0 end 4 step 1 : tensor<8xbf16> -> tensor<4xbf16>
+    %4 = loadplan.alias %3 : tensor<4xbf16>
+    loadplan.copy %4 to @p <offset = 0, shape = [4], stride = [1]> as bf16 : tensor<4xbf16>
+  }
+  // A slice that cuts through a merged dim's rows is no box of the reshaped
+  // layout: the reshape's reason.
+  // CHECK-LABEL: loadplan.checkpoint "unaligned_slice_of_reshape"
+  // CHECK:         loadplan.apply "loadplan.slice"(%{{.*}}) {reason = "reshapes a non-contiguous view (a copy that is not a strided view of the checkpoint tensor)"}
+  loadplan.checkpoint "unaligned_slice_of_reshape" : tensor<4x6xbf16> (%w) {
+    %0 = loadplan.transpose %w dim0 0 dim1 1 : tensor<4x6xbf16> -> tensor<6x4xbf16>
+    %1 = loadplan.reshape %0 : tensor<6x4xbf16> -> tensor<24xbf16>
+    %2 = loadplan.slice %1 dim 0 start 2 end 10 step 1 : tensor<24xbf16> -> tensor<8xbf16>
+    loadplan.copy %2 to @p <offset = 0, shape = [8], stride = [1]> as bf16 : tensor<8xbf16>
+  }
+  // A transpose of a reshape that no strides give: no layout either.
+  // CHECK-LABEL: loadplan.checkpoint "transpose_of_reshape"
+  // CHECK:         loadplan.apply "loadplan.transpose"(%{{.*}}) {reason = "reshapes a copy of a non-contiguous view into a layout no strides of the checkpoint tensor give"}
+  loadplan.checkpoint "transpose_of_reshape" : tensor<4x6xbf16> (%w) {
+    %0 = loadplan.transpose %w dim0 0 dim1 1 : tensor<4x6xbf16> -> tensor<6x4xbf16>
+    %1 = loadplan.clone %0 : tensor<6x4xbf16>
+    %2 = loadplan.view %1 : tensor<6x4xbf16> -> tensor<4x6xbf16>
+    %3 = loadplan.transpose %2 dim0 0 dim1 1 : tensor<4x6xbf16> -> tensor<6x4xbf16>
+    loadplan.copy %3 to @p <offset = 0, shape = [6, 4], stride = [4, 1]> as bf16 : tensor<6x4xbf16>
   }
 }

@@ -178,11 +178,14 @@ module {
     loadplan.copy %0 to @p <offset = 512, shape = [4, 8], stride = [8, 1]> as bf16 : tensor<4x8xbf16>
     loadplan.copy %0 to @p <offset = 544, shape = [4, 8], stride = [8, 1]> as bf16 : tensor<4x8xbf16>
   }
-  // A copy of no element vanishes.
+  // A copy of no element makes no write; it stays for
+  // --loadplan-detect-fallbacks, for which the name did write (as in the
+  // seeds).
   // CHECK-LABEL: loadplan.checkpoint "empty"
-  // CHECK-NOT:     loadplan.copy
   // CHECK-NOT:     loadplan.write
-  // CHECK:       }
+  // CHECK-NOT:     loadplan.fallback
+  // CHECK:         loadplan.copy %{{.*}} to @p <offset = 0, shape = [0], stride = [1]>
+  // CHECK-NEXT:  }
   loadplan.checkpoint "empty" : tensor<8xbf16> (%w) {
     %0 = loadplan.slice %w dim 0 start 8 end 8 step 1 : tensor<8xbf16> -> tensor<0xbf16>
     loadplan.copy %0 to @p <offset = 0, shape = [0], stride = [1]> as bf16 : tensor<0xbf16>
@@ -232,14 +235,22 @@ module {
   loadplan.checkpoint "dest_repeats" : tensor<4x8xbf16> (%w) {
     loadplan.copy %w to @p <offset = 96, shape = [4, 8], stride = [0, 1]> as bf16 : tensor<4x8xbf16>
   }
-  // Elements 3..9 of a flattened [4, 6]: the end of row 0 and the start of
-  // row 1.
+  // A step through a flattened [4, 6] (every other element of 3..14) is
+  // no box, nor several.
   // CHECK-LABEL: loadplan.checkpoint "not_a_box"
   // CHECK:         loadplan.fallback "source slice is not a box"
   loadplan.checkpoint "not_a_box" : tensor<4x6xbf16> (%w) {
     %0 = loadplan.flatten %w start_dim 0 end_dim 1 : tensor<4x6xbf16> -> tensor<24xbf16>
-    %1 = loadplan.slice %0 dim 0 start 3 end 9 step 1 : tensor<24xbf16> -> tensor<6xbf16>
+    %1 = loadplan.slice %0 dim 0 start 3 end 15 step 2 : tensor<24xbf16> -> tensor<6xbf16>
     loadplan.copy %1 to @p <offset = 128, shape = [6], stride = [1]> as bf16 : tensor<6xbf16>
+  }
+  // Every other row is a step too (the seeds fall back), though each row is
+  // a box.
+  // CHECK-LABEL: loadplan.checkpoint "step_of_rows"
+  // CHECK:         loadplan.fallback "source slice has a step or is not a box"
+  loadplan.checkpoint "step_of_rows" : tensor<4x6xbf16> (%w) {
+    %0 = loadplan.slice %w dim 0 start 0 end 4 step 2 : tensor<4x6xbf16> -> tensor<2x6xbf16>
+    loadplan.copy %0 to @p <offset = 128, shape = [2, 6], stride = [6, 1]> as bf16 : tensor<2x6xbf16>
   }
   // copy_ views the source in the destination's shape when the element
   // counts agree; a transposed source cannot be.
@@ -280,11 +291,78 @@ module {
     %1 = loadplan.slice %0 dim 0 start 0 end 4 step 1 : tensor<8xbf16> -> tensor<4xbf16>
     loadplan.copy %1 to @p <offset = 256, shape = [4], stride = [1]> as bf16 : tensor<4xbf16>
   }
+  // A reshape no strides give, copied into a destination that cannot be
+  // viewed in the reshaped layout's shape ([2, 12] padded to rows of 24 as
+  // [6, 4]).
   // CHECK-LABEL: loadplan.checkpoint "reshape_non_contiguous"
-  // CHECK:         loadplan.fallback "reshapes a non-contiguous view (a copy that is not a strided view of the checkpoint tensor)"
+  // CHECK:         loadplan.fallback "copy_ with a reshape that is not a view"
   loadplan.checkpoint "reshape_non_contiguous" : tensor<4x6xbf16> (%w) {
     %0 = loadplan.transpose %w dim0 0 dim1 1 : tensor<4x6xbf16> -> tensor<6x4xbf16>
+    %1 = loadplan.reshape %0 : tensor<6x4xbf16> -> tensor<2x12xbf16>
+    loadplan.copy %1 to @p <offset = 288, shape = [2, 12], stride = [24, 1]> as bf16 : tensor<2x12xbf16>
+  }
+  // A transpose of a reshape that no strides give: the reshape's reason.
+  // CHECK-LABEL: loadplan.checkpoint "transpose_of_reshape"
+  // CHECK:         loadplan.fallback "reshapes a non-contiguous view (a copy that is not a strided view of the checkpoint tensor)"
+  loadplan.checkpoint "transpose_of_reshape" : tensor<4x6xbf16> (%w) {
+    %0 = loadplan.transpose %w dim0 0 dim1 1 : tensor<4x6xbf16> -> tensor<6x4xbf16>
+    %1 = loadplan.reshape %0 : tensor<6x4xbf16> -> tensor<4x6xbf16>
+    %2 = loadplan.transpose %1 dim0 0 dim1 1 : tensor<4x6xbf16> -> tensor<6x4xbf16>
+    loadplan.copy %2 to @p <offset = 600, shape = [6, 4], stride = [4, 1]> as bf16 : tensor<6x4xbf16>
+  }
+}
+
+// -----
+
+// Copies whose elements are several boxes, and reshapes no strides give.
+
+module {
+  loadplan.storage @s size 4096
+  loadplan.target @p module "m" tensor "p" storage @s byte_offset 0 stride [1] : tensor<2048xbf16>
+  loadplan.target @q module "m" tensor "q" storage @s byte_offset 0 stride [4, 1] : tensor<16x4xbf16>
+  // p.copy_(w.reshape(-1)[2:8]) with w [4, 4]: the end of row 0 and row 1.
+  // CHECK-LABEL: loadplan.checkpoint "flatten_slice"
+  // CHECK-NEXT:    loadplan.write @p box <[0, 1], [2, 4]> region <offset = 0, shape = [1, 2], stride = [1, 1]>
+  // CHECK-NEXT:    loadplan.write @p box <[1, 2], [0, 4]> region <offset = 2, shape = [1, 4], stride = [1, 1]>
+  // CHECK-NEXT:  }
+  loadplan.checkpoint "flatten_slice" : tensor<4x4xbf16> (%w) {
+    %0 = loadplan.view %w : tensor<4x4xbf16> -> tensor<16xbf16>
+    %1 = loadplan.slice %0 dim 0 start 2 end 8 step 1 : tensor<16xbf16> -> tensor<6xbf16>
+    loadplan.copy %1 to @p <offset = 0, shape = [6], stride = [1]> as bf16 : tensor<6xbf16>
+  }
+  // Elements 3..21 of a flattened [4, 6]: a partial row, two rows, a
+  // partial row; per expert of a [2, 4, 6], with the expert dim kept whole.
+  // CHECK-LABEL: loadplan.checkpoint "flatten_slice_per_expert"
+  // CHECK-NEXT:    loadplan.write @p box <[0, 2], [0, 1], [3, 6]> region <offset = 100, shape = [2, 1, 3], stride = [18, 1, 1]>
+  // CHECK-NEXT:    loadplan.write @p box <[0, 2], [1, 3], [0, 6]> region <offset = 103, shape = [2, 2, 6], stride = [18, 6, 1]>
+  // CHECK-NEXT:    loadplan.write @p box <[0, 2], [3, 4], [0, 3]> region <offset = 115, shape = [2, 1, 3], stride = [18, 1, 1]>
+  // CHECK-NEXT:  }
+  loadplan.checkpoint "flatten_slice_per_expert" : tensor<2x4x6xbf16> (%w) {
+    %0 = loadplan.flatten %w start_dim 1 end_dim 2 : tensor<2x4x6xbf16> -> tensor<2x24xbf16>
+    %1 = loadplan.slice %0 dim 1 start 3 end 21 step 1 : tensor<2x24xbf16> -> tensor<2x18xbf16>
+    loadplan.copy %1 to @p <offset = 100, shape = [2, 18], stride = [18, 1]> as bf16 : tensor<2x18xbf16>
+  }
+  // Mistral's q/k permute at TP rank 1 of 2: view, transpose, reshape, then
+  // the narrow. One box, the permutation in the region's strides.
+  // CHECK-LABEL: loadplan.checkpoint "mistral_permute"
+  // CHECK-NEXT:    loadplan.write @q box <[8, 16], [0, 4]> region <offset = 0, shape = [2, 2, 2, 4], stride = [16, 4, 8, 1]>
+  // CHECK-NEXT:  }
+  loadplan.checkpoint "mistral_permute" : tensor<16x4xbf16> (%w) {
+    %0 = loadplan.view %w : tensor<16x4xbf16> -> tensor<4x2x2x4xbf16>
+    %1 = loadplan.transpose %0 dim0 1 dim1 2 : tensor<4x2x2x4xbf16> -> tensor<4x2x2x4xbf16>
+    %2 = loadplan.clone %1 : tensor<4x2x2x4xbf16>
+    %3 = loadplan.view %2 : tensor<4x2x2x4xbf16> -> tensor<16x4xbf16>
+    %4 = loadplan.slice %3 dim 0 start 8 end 16 step 1 : tensor<16x4xbf16> -> tensor<8x4xbf16>
+    loadplan.copy %4 to @q <offset = 0, shape = [8, 4], stride = [4, 1]> as bf16 : tensor<8x4xbf16>
+  }
+  // A transposed view flattened and copied whole: the destination viewed in
+  // the transposed shape.
+  // CHECK-LABEL: loadplan.checkpoint "reshape_of_transpose"
+  // CHECK-NEXT:    loadplan.write @p box <[0, 4], [0, 6]> region <offset = 200, shape = [4, 6], stride = [1, 4]>
+  // CHECK-NEXT:  }
+  loadplan.checkpoint "reshape_of_transpose" : tensor<4x6xbf16> (%w) {
+    %0 = loadplan.transpose %w dim0 0 dim1 1 : tensor<4x6xbf16> -> tensor<6x4xbf16>
     %1 = loadplan.reshape %0 : tensor<6x4xbf16> -> tensor<24xbf16>
-    loadplan.copy %1 to @p <offset = 288, shape = [24], stride = [1]> as bf16 : tensor<24xbf16>
+    loadplan.copy %1 to @p <offset = 200, shape = [24], stride = [1]> as bf16 : tensor<24xbf16>
   }
 }

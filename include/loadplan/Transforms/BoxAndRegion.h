@@ -13,6 +13,7 @@
 #include "llvm/ADT/SmallVector.h"
 
 #include <string>
+#include <vector>
 
 namespace mlir {
 namespace loadplan {
@@ -46,6 +47,26 @@ FailureOr<BoxAndRegion> computeBoxAndRegion(ArrayRef<int64_t> ckptShape,
                                             int64_t srcOffset,
                                             ArrayRef<CopyDim> dims,
                                             std::string &why);
+
+/// One write of a copy that is several boxes: its destination offset
+/// relative to the copy's, and its box and region.
+struct BoxPiece {
+  int64_t dstOffset;
+  BoxAndRegion boxAndRegion;
+};
+
+/// Like computeBoxAndRegion, but a copy whose elements are a union of boxes
+/// (`p.copy_(w.reshape(-1)[2:8])` with w [4, 4]: the end of row 0 and all of
+/// row 1) becomes several pieces, each a box: a copied dim whose run crosses
+/// a checkpoint dim off its boundaries is cut there, otherwise the outermost
+/// copied dim is split into its elements, recursively. Fails with
+/// computeBoxAndRegion's reason when that reason is not about the shape of
+/// the source (repeats, a destination stride of 0), when a piece is not a box
+/// however it is cut, or when there would be more than `maxPieces`.
+FailureOr<std::vector<BoxPiece>>
+computeBoxesAndRegions(ArrayRef<int64_t> ckptShape, int64_t srcOffset,
+                       ArrayRef<CopyDim> dims, std::string &why,
+                       size_t maxPieces = 1024);
 
 } // namespace loadplan
 } // namespace mlir
