@@ -187,29 +187,35 @@ const uint8_t *sourceOf(const Plan &plan, const Update &u, const Copy &c,
 }
 
 // Tiny and odd piece sizes force every path of copyPiece: partial rows,
-// pieces that start mid-row, whole rows through the odometer.
+// pieces that start mid-row, whole rows through the odometer; each also
+// with non-temporal stores (streamRun 1: every run of every copy, at any
+// alignment; 64: only runs of whole cache lines or more).
 TEST(Pieces, AnyPieceSizeCopiesTheSameBytes) {
   for (uint64_t seed = 1; seed <= 12; ++seed) {
     RandomPlanBuilder builder(seed);
-    TestPlan p = builder.build(8, 9);
+    TestPlan p =
+        seed == 12 ? builder.buildLarge(301, 257) : builder.build(8, 9);
     std::unique_ptr<Plan> plan = parse(p);
-    for (int64_t pieceBytes : {1, 3, 16, 40, 1000}) {
-      for (SourceForm form : {SourceForm::Tensor, SourceForm::Box}) {
-        Scenario scenario(p, builder.rng);
-        Memory &memory = scenario.memory;
-        const Update &u = scenario.update;
-        Copies copies = copiesOf(*plan, memory, form);
-        std::vector<Piece> pieces;
-        std::vector<uint32_t> entryBegin;
-        cutPieces(copies, pieceBytes, pieces, entryBegin);
-        for (const Piece &piece : pieces) {
-          const Copy &c = copies.copies[piece.copy];
-          ASSERT_LE(piece.end - piece.begin, std::max(pieceBytes, c.run));
-          copyPiece(c, copies.dimsOf(c), sourceOf(*plan, u, c, form),
-                    piece.begin, piece.end);
+    for (int64_t pieceBytes : {1, 3, 16, 40, 1000, 100000}) {
+      for (int64_t streamRun : {0, 1, 64}) {
+        for (SourceForm form : {SourceForm::Tensor, SourceForm::Box}) {
+          Scenario scenario(p, builder.rng);
+          Memory &memory = scenario.memory;
+          const Update &u = scenario.update;
+          Copies copies = copiesOf(*plan, memory, form);
+          std::vector<Piece> pieces;
+          std::vector<uint32_t> entryBegin;
+          cutPieces(copies, pieceBytes, pieces, entryBegin);
+          for (const Piece &piece : pieces) {
+            const Copy &c = copies.copies[piece.copy];
+            ASSERT_LE(piece.end - piece.begin, std::max(pieceBytes, c.run));
+            copyPiece(c, copies.dimsOf(c), sourceOf(*plan, u, c, form),
+                      piece.begin, piece.end, streamRun);
+          }
+          ASSERT_EQ(memory.storages, scenario.expected)
+              << "seed " << seed << ", pieces of " << pieceBytes
+              << ", streamRun " << streamRun;
         }
-        ASSERT_EQ(memory.storages, scenario.expected)
-            << "seed " << seed << ", pieces of " << pieceBytes;
       }
     }
   }

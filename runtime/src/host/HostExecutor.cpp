@@ -6,6 +6,10 @@
 #include <algorithm>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 using namespace loadplan;
 
 void loadplan::cutPieces(const Copies &copies, int64_t pieceBytes,
@@ -43,8 +47,51 @@ static void copyRuns(uint8_t *dst, const uint8_t *src, int64_t count,
     std::memcpy(dst + i * dstStride, src + i * srcStride, R);
 }
 
+/// memcpy with non-temporal stores of whole cache lines (plain copies for
+/// the unaligned head and the tail); the caller fences.
+static void streamBytes(uint8_t *dst, const uint8_t *src, size_t n) {
+#if defined(__SSE2__)
+  size_t head = std::min(n, size_t(-reinterpret_cast<uintptr_t>(dst) & 63));
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  for (; n >= 64; n -= 64, dst += 64, src += 64) {
+    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src));
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src + 16));
+    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src + 32));
+    __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i *>(dst), a);
+    _mm_stream_si128(reinterpret_cast<__m128i *>(dst + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i *>(dst + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i *>(dst + 48), d);
+  }
+#endif
+  std::memcpy(dst, src, n);
+}
+
+/// Orders non-temporal stores before whatever follows (the pool's hand-off).
+static void streamFence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
+static void copyBytes(uint8_t *dst, const uint8_t *src, size_t n, bool stream) {
+  if (stream)
+    streamBytes(dst, src, n);
+  else
+    std::memcpy(dst, src, n);
+}
+
 static void copyRuns(int64_t run, uint8_t *dst, const uint8_t *src,
-                     int64_t count, int64_t dstStride, int64_t srcStride) {
+                     int64_t count, int64_t dstStride, int64_t srcStride,
+                     bool stream) {
+  if (stream) {
+    for (int64_t i = 0; i < count; ++i)
+      streamBytes(dst + i * dstStride, src + i * srcStride, run);
+    return;
+  }
   switch (run) {
   case 1:
     return copyRuns<1>(dst, src, count, dstStride, srcStride);
@@ -62,13 +109,9 @@ static void copyRuns(int64_t run, uint8_t *dst, const uint8_t *src,
   }
 }
 
-void loadplan::copyPiece(const Copy &c, const CopyDim *dims,
-                         const uint8_t *src, int64_t begin, int64_t end) {
-  src += c.srcOffset;
-  if (c.numDims == 0) {
-    std::memcpy(c.dst + begin, src + begin, end - begin);
-    return;
-  }
+/// copyPiece past the source offset, for a copy with dims.
+static void copyRows(const Copy &c, const CopyDim *dims, const uint8_t *src,
+                     int64_t begin, int64_t end, bool stream) {
   // Where row `row` starts: one division per dim, once per piece.
   int64_t row = begin / c.run;
   int64_t index[kMaxRank];
@@ -81,7 +124,8 @@ void loadplan::copyPiece(const Copy &c, const CopyDim *dims,
   }
   int64_t within = begin % c.run;
   if (within || end - begin < c.run) {
-    std::memcpy(c.dst + dstAt + within, src + srcAt + within, end - begin);
+    copyBytes(c.dst + dstAt + within, src + srcAt + within, end - begin,
+              stream);
     return;
   }
   // Whole rows: the innermost dim in a tight loop, the others as an
@@ -91,7 +135,7 @@ void loadplan::copyPiece(const Copy &c, const CopyDim *dims,
   for (int64_t rows = (end - begin) / c.run; rows > 0;) {
     int64_t n = std::min(inner.size - index[last], rows);
     copyRuns(c.run, c.dst + dstAt, src + srcAt, n, inner.dstStride,
-             inner.srcStride);
+             inner.srcStride, stream);
     rows -= n;
     index[last] += n;
     srcAt += n * inner.srcStride;
@@ -105,6 +149,18 @@ void loadplan::copyPiece(const Copy &c, const CopyDim *dims,
       dstAt += dims[k - 1].dstStride;
     }
   }
+}
+
+void loadplan::copyPiece(const Copy &c, const CopyDim *dims, const uint8_t *src,
+                         int64_t begin, int64_t end, int64_t streamRun) {
+  bool stream = streamRun > 0 && c.run >= streamRun;
+  src += c.srcOffset;
+  if (c.numDims == 0)
+    copyBytes(c.dst + begin, src + begin, end - begin, stream);
+  else
+    copyRows(c, dims, src, begin, end, stream);
+  if (stream)
+    streamFence();
 }
 
 namespace {
@@ -138,13 +194,17 @@ public:
       for (uint32_t k = p.entryBegin[e]; k < p.entryBegin[e + 1]; ++k)
         active.push_back(k);
     }
+    int64_t bytes = 0;
+    for (uint32_t k : active)
+      bytes += p.pieces[k].end - p.pieces[k].begin;
+    int64_t streamRun = bytes >= kStreamBatchBytes ? kStreamRunBytes : 0;
     bool byBox = batch.form == SourceForm::Box;
     auto task = [&](size_t i) {
       const Piece &piece = p.pieces[active[i]];
       const Copy &c = p.copies.copies[piece.copy];
       const uint8_t *src =
           byBox ? batch.boxSource[c.box] : batch.entrySource[c.entry];
-      copyPiece(c, p.copies.dimsOf(c), src, piece.begin, piece.end);
+      copyPiece(c, p.copies.dimsOf(c), src, piece.begin, piece.end, streamRun);
     };
     pool.forEach(active.size(), task);
   }
