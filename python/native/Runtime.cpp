@@ -1,4 +1,4 @@
-//===- Runtime.cpp - The runtime's C API in loadplan._native -----*- C++ -*-===//
+//===- Runtime.cpp - The runtime's C API in loadplan._native ----*- C++ -*-===//
 //
 // Plans, bindings and applies of the runtime (runtime/include/loadplan/
 // runtime.h), linked statically into the module: one extension, no library
@@ -155,8 +155,8 @@ public:
     out["kind"] = e.kind <= LOADPLAN_KIND_UNNEEDED ? kinds[e.kind] : "invalid";
     out["dtype"] = e.dtype;
     out["shape"] = ints(e.shape, e.rank);
-    out["reason"] = e.reason ? nb::cast(std::string(e.reason, e.reason_size))
-                             : nb::none();
+    out["reason"] =
+        e.reason ? nb::cast(std::string(e.reason, e.reason_size)) : nb::none();
     nb::list boxes;
     for (uint32_t b = 0; b < e.num_boxes; ++b)
       boxes.append(boxOf(e.boxes, e.rank, b));
@@ -200,9 +200,9 @@ toLayouts(const std::vector<LayoutTuple> &in) {
     const auto &[data, offset, size, dtype, shape, stride] = in[i];
     if (shape.size() != stride.size())
       throw nb::value_error("a layout's shape and stride differ in rank");
-    out[i] = {reinterpret_cast<void *>(data), offset, size, dtype,
-              static_cast<uint32_t>(shape.size()), shape.data(),
-              stride.data()};
+    out[i] = {
+        reinterpret_cast<void *>(data),      offset,       size,         dtype,
+        static_cast<uint32_t>(shape.size()), shape.data(), stride.data()};
   }
   return out;
 }
@@ -258,9 +258,9 @@ public:
     std::vector<size_t> at(n);
     for (size_t i = 0; i < n; ++i) {
       at[i] = dims.size();
-      in[i].rank = read(tensors[i], 1, "a tensor is (name, data, dtype, shape)",
-                        in[i].name, in[i].name_size, in[i].data, in[i].dtype,
-                        dims);
+      in[i].rank =
+          read(tensors[i], 1, "a tensor is (name, data, dtype, shape)",
+               in[i].name, in[i].name_size, in[i].data, in[i].dtype, dims);
     }
     // Pointers into `dims` only once it no longer grows.
     for (size_t i = 0; i < n; ++i)
@@ -276,11 +276,11 @@ public:
     std::vector<size_t> at(n);
     for (size_t i = 0; i < n; ++i) {
       at[i] = dims.size();
-      in[i].rank = read(boxes[i], 2,
-                        "a box is (name, data, dtype, starts, stops) with "
-                        "starts and stops of one rank",
-                        in[i].name, in[i].name_size, in[i].data, in[i].dtype,
-                        dims);
+      in[i].rank =
+          read(boxes[i], 2,
+               "a box is (name, data, dtype, starts, stops) with "
+               "starts and stops of one rank",
+               in[i].name, in[i].name_size, in[i].data, in[i].dtype, dims);
     }
     for (size_t i = 0; i < n; ++i) {
       in[i].starts = dims.data() + at[i];
@@ -354,10 +354,9 @@ void loadplan_python::defineRuntime(nb::module_ &m) {
                              "An update batch was refused; nothing was "
                              "written.",
                              bases.ptr());
-  e.fingerprintMismatch =
-      newError("loadplan._native.FingerprintMismatch",
-               "The live layout is not the one the plan was made for.",
-               e.base.ptr());
+  e.fingerprintMismatch = newError(
+      "loadplan._native.FingerprintMismatch",
+      "The live layout is not the one the plan was made for.", e.base.ptr());
   m.attr("StatusError") = e.base;
   m.attr("InvalidPlan") = e.invalidPlan;
   m.attr("InvalidUpdate") = e.invalidUpdate;
@@ -389,8 +388,8 @@ void loadplan_python::defineRuntime(nb::module_ &m) {
           "dtype, shape, stride per target) is the plan's layout.");
 
   nb::class_<Binding>(m, "Binding", "A plan bound to live memory")
-      .def(nb::init<Plan &, const std::vector<LayoutTuple> &, uint32_t,
-                    int32_t, uint32_t>(),
+      .def(nb::init<Plan &, const std::vector<LayoutTuple> &, uint32_t, int32_t,
+                    uint32_t>(),
            nb::arg("plan"), nb::arg("layouts"), nb::arg("device_type") = 0,
            nb::arg("device_index") = 0, nb::arg("num_threads") = 0,
            "Binds `plan` to `layouts` (one (data, byte_offset, storage_size, "
@@ -407,8 +406,9 @@ void loadplan_python::defineRuntime(nb::module_ &m) {
            "in one call; all or nothing.")
       .def("close", &Binding::close, "Releases the binding now.");
 
-  m.def("dtype_name", [](uint32_t code) { return loadplan_dtype_name(code); },
-        nb::arg("code"), "torch's name of a plan dtype code ('invalid' if none)");
+  m.def(
+      "dtype_name", [](uint32_t code) { return loadplan_dtype_name(code); },
+      nb::arg("code"), "torch's name of a plan dtype code ('invalid' if none)");
   m.attr("DTYPE_COUNT") = static_cast<int>(LOADPLAN_DTYPE_COUNT_);
   m.def(
       "cuda_device_count",

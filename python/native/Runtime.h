@@ -1,4 +1,4 @@
-//===- Runtime.h - The runtime's C API in loadplan._native -------*- C++ -*-===//
+//===- Runtime.h - The runtime's C API in loadplan._native ------*- C++ -*-===//
 //
 // Plan, Binding and their errors, defined on the module by defineRuntime.
 //
