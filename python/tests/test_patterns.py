@@ -265,10 +265,6 @@ def test_flatten_then_slice_whole_rows_is_one_box():
     check(f, metas, {"w": "direct"}, boxes={"w": [((1, 3), (0, 4))]})
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "DESIGN.md: a flatten across dims is direct if it splits into boxes, several if "
-    "need be; the compiler (docs/compiler.md, --loadplan-to-boxes) only takes parts "
-    "that tile one contiguous range per dim and falls back: 'source slice is not a box'"))
 def test_flatten_then_slice_across_rows_is_several_boxes():
     # elements 2..7 of a flattened [4, 4]: the end of row 0 and all of row 1
     f, metas = single("p", (6,), "w", (4, 4), lambda p, w: p.copy_(w.reshape(-1)[2:8]))
@@ -641,12 +637,6 @@ def test_fused_on_disk_qkv_is_one_name_with_several_boxes():
     assert len(plan.get_boxes("qkv_proj")) == 3
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the permute keeps every element (view, transpose, reshape: a copy whose rows are "
-    "the checkpoint's rows reordered within each head), but --loadplan-fold-views "
-    "gives up on a reshape of a non-contiguous view (docs/compiler.md): 'reshapes a "
-    "copy of a non-contiguous view into a layout no strides of the checkpoint tensor "
-    "give'"))
 @pytest.mark.parametrize("tp_rank", range(2))
 def test_mistral_qk_permute(tp_rank):
     # view -> transpose -> reshape of the incoming q/k, then the TP narrow
