@@ -1,0 +1,332 @@
+/*===- transfer.h - Weight transfers between ranks: the C API ---*- C -*-===*\
+ *
+ * Moves a weight update from trainer ranks (senders) into inference ranks
+ * (receivers) whose load plans say which boxes of each checkpoint tensor
+ * they need and where those land:
+ *
+ *   1. communicators over Gloo (CPU, TCP) or NCCL (CUDA);
+ *   2. a schedule, computed once from the senders' layout (which box of
+ *      each checkpoint tensor each sender holds) and every receiver's plan:
+ *      per (sender, receiver) the intersections to move, bucketed into
+ *      rounds that keep each rank's staging memory under a cap;
+ *   3. a transfer engine per rank that runs the schedule on every update:
+ *      receives whose destination is contiguous land in the live tensors,
+ *      the others in a staging buffer that the runtime's executor scatters.
+ *
+ * Every call that can fail returns a loadplan_status_t as in runtime.h.
+ * Calls marked "collective" must be made by every rank of the
+ * communicator; on failure each rank gets an error (the first failing
+ * rank's message, prefixed with its rank). See docs/transfers.md.
+ *
+\*===----------------------------------------------------------------------===*/
+
+#ifndef LOADPLAN_TRANSFER_H
+#define LOADPLAN_TRANSFER_H
+
+#include "loadplan/runtime.h"
+#include "loadplan/schedule_format.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*===----------------------------------------------------------------------===*
+ * Communicators
+ *===----------------------------------------------------------------------===*/
+
+typedef struct loadplan_comm_t loadplan_comm_t;
+
+typedef enum loadplan_backend_t {
+  LOADPLAN_BACKEND_GLOO = 0, /* CPU memory, TCP */
+  LOADPLAN_BACKEND_NCCL = 1, /* CUDA memory */
+} loadplan_backend_t;
+
+/* Whether `backend` was built into this runtime (NCCL: also whether
+ * libnccl.so.2 loads and a GPU is present). */
+LOADPLAN_API loadplan_status_t loadplan_backend_available(uint32_t backend,
+                                                          int32_t *out_available);
+
+/* A key-value store the caller implements for rendezvous (e.g. over
+ * torch.distributed's TCPStore). Used only during
+ * loadplan_comm_create_gloo, from the calling thread. */
+typedef struct loadplan_store_t {
+  void *context;
+  /* Stores `value` under `key`; returns 0 on success. */
+  int32_t (*set)(void *context, const char *key, size_t key_size,
+                 const void *value, size_t value_size);
+  /* Waits up to `timeout_ms` for `key`, then copies at most `capacity`
+   * bytes of its value to `out` and returns the value's full size; a
+   * negative value on error or timeout. Called again with a larger buffer
+   * when the value did not fit. */
+  int64_t (*get)(void *context, const char *key, size_t key_size, void *out,
+                 size_t capacity, int64_t timeout_ms);
+} loadplan_store_t;
+
+typedef struct loadplan_gloo_options_t {
+  /* The address this rank listens on (other ranks must reach it); NULL:
+   * the address of this machine's hostname. */
+  const char *hostname;
+  /* Rendezvous: a directory shared by all ranks (a file store), or, when
+   * NULL, `store`. */
+  const char *store_path;
+  const loadplan_store_t *store;
+  /* Prefixes every key, so that several communicators can share a store
+   * (keys stay behind in a file store). NULL: "". */
+  const char *prefix;
+  /* Per operation; 0: 60000. */
+  int64_t timeout_ms;
+} loadplan_gloo_options_t;
+
+LOADPLAN_API void loadplan_gloo_options_init(loadplan_gloo_options_t *options);
+
+/* Collective: connects `size` ranks over TCP. */
+LOADPLAN_API loadplan_status_t
+loadplan_comm_create_gloo(int32_t rank, int32_t size,
+                          const loadplan_gloo_options_t *options,
+                          loadplan_comm_t **out_comm);
+
+#define LOADPLAN_NCCL_UNIQUE_ID_BYTES 128
+
+/* A fresh NCCL unique id; one rank makes it and hands it to the others. */
+LOADPLAN_API loadplan_status_t loadplan_nccl_unique_id(uint8_t out_id[128]);
+
+/* Collective: an NCCL communicator on CUDA device `device` from the id of
+ * loadplan_nccl_unique_id. `timeout_ms` bounds each transfer (0: 60000);
+ * a transfer that runs past it aborts the communicator. */
+LOADPLAN_API loadplan_status_t
+loadplan_comm_create_nccl(int32_t rank, int32_t size, const uint8_t id[128],
+                          int32_t device, int64_t timeout_ms,
+                          loadplan_comm_t **out_comm);
+
+typedef struct loadplan_comm_info_t {
+  int32_t rank;
+  int32_t size;
+  uint32_t backend; /* loadplan_backend_t */
+  loadplan_device_t device;
+  /* Nonzero once a transfer failed in the transport: the communicator is
+   * closed and every later call on it fails; make a new one. */
+  int32_t failed;
+} loadplan_comm_info_t;
+
+LOADPLAN_API loadplan_status_t loadplan_comm_info(const loadplan_comm_t *comm,
+                                                  loadplan_comm_info_t *out_info);
+/* Drops a reference; engines retain their communicator. NULL is fine. */
+LOADPLAN_API void loadplan_comm_release(loadplan_comm_t *comm);
+
+/*===----------------------------------------------------------------------===*
+ * Schedules
+ *===----------------------------------------------------------------------===*/
+
+typedef struct loadplan_schedule_t loadplan_schedule_t;
+
+/* A checkpoint tensor as the senders send it. */
+typedef struct loadplan_checkpoint_tensor_t {
+  const char *name; /* name_size bytes, not NUL-terminated */
+  size_t name_size;
+  uint32_t dtype; /* loadplan_dtype_t */
+  uint32_t rank;
+  const int64_t *shape;
+} loadplan_checkpoint_tensor_t;
+
+/* A box of a checkpoint tensor that a sender holds, packed contiguous
+ * (row-major over the box's shape): a full replica, a TP shard, an FSDP row
+ * shard, one expert. starts/stops NULL: the whole tensor. */
+typedef struct loadplan_holding_t {
+  uint32_t tensor; /* index into the schedule's tensors */
+  const int64_t *starts;
+  const int64_t *stops;
+} loadplan_holding_t;
+
+typedef struct loadplan_sender_spec_t {
+  int32_t comm_rank;
+  /* Bytes this rank may use to pack boxes that are not contiguous in what
+   * it holds; 0: LOADPLAN_DEFAULT_STAGING_CAP. */
+  uint64_t staging_cap;
+  const loadplan_holding_t *holdings; /* at most one per tensor */
+  size_t num_holdings;
+} loadplan_sender_spec_t;
+
+typedef struct loadplan_receiver_spec_t {
+  int32_t comm_rank;
+  /* Bytes this rank may use for receives that cannot land in place; 0:
+   * LOADPLAN_DEFAULT_STAGING_CAP. Ignored when `atomic`. */
+  uint64_t staging_cap;
+  /* Nonzero: stage the whole update and write live memory only once every
+   * rank has succeeded (staging then holds all this rank receives). */
+  uint32_t atomic;
+  const loadplan_plan_t *plan;
+} loadplan_receiver_spec_t;
+
+#define LOADPLAN_DEFAULT_STAGING_CAP (64ull << 20)
+
+typedef struct loadplan_schedule_spec_t {
+  uint32_t engine;     /* loadplan_engine_t */
+  int32_t world_size;  /* ranks of the communicator */
+  const loadplan_checkpoint_tensor_t *tensors;
+  size_t num_tensors;
+  const loadplan_sender_spec_t *senders;
+  size_t num_senders;
+  const loadplan_receiver_spec_t *receivers;
+  size_t num_receivers;
+} loadplan_schedule_spec_t;
+
+/* Computes a schedule (see schedule_format.h for what it holds). The same
+ * spec gives the same bytes on every machine. INVALID_ARGUMENT says why a
+ * spec has none: a needed box no sender holds (or, for SLICED, that no one
+ * sender holds whole), plans that disagree with the senders on a tensor's
+ * dtype or shape, senders holding overlapping but different boxes, ... */
+LOADPLAN_API loadplan_status_t
+loadplan_schedule_build(const loadplan_schedule_spec_t *spec,
+                        loadplan_schedule_t **out_schedule);
+/* Parses and checks schedule bytes (copied). INVALID_PLAN on bad bytes. */
+LOADPLAN_API loadplan_status_t
+loadplan_schedule_open_bytes(const void *data, size_t size,
+                             loadplan_schedule_t **out_schedule);
+LOADPLAN_API void loadplan_schedule_retain(loadplan_schedule_t *schedule);
+LOADPLAN_API void loadplan_schedule_release(loadplan_schedule_t *schedule);
+
+/* The schedule file bytes; valid while the schedule lives. */
+LOADPLAN_API loadplan_status_t
+loadplan_schedule_bytes(const loadplan_schedule_t *schedule,
+                        const void **out_data, size_t *out_size);
+
+typedef struct loadplan_schedule_summary_t {
+  uint32_t engine;
+  int32_t world_size;
+  uint64_t fingerprint; /* of the inputs */
+  uint64_t checksum;    /* of the payload */
+  uint32_t num_tensors;
+  uint32_t num_senders;
+  uint32_t num_receivers;
+  uint32_t num_rounds;
+  uint64_t num_pieces;
+  /* Bytes of all pieces, and of those between different ranks. */
+  uint64_t bytes_moved;
+  uint64_t bytes_between_ranks;
+  /* What the receivers' plans need: their direct boxes and fallback
+   * tensors (for FULL, whole tensors). */
+  uint64_t bytes_needed;
+  /* Bytes received in place, and received into staging. */
+  uint64_t bytes_in_place;
+  uint64_t bytes_staged;
+  /* Bytes senders pack before sending. */
+  uint64_t bytes_packed;
+  /* The largest staging buffer of any sender, any receiver. */
+  uint64_t max_sender_staging;
+  uint64_t max_receiver_staging;
+} loadplan_schedule_summary_t;
+
+LOADPLAN_API loadplan_status_t
+loadplan_schedule_summary(const loadplan_schedule_t *schedule,
+                          loadplan_schedule_summary_t *out_summary);
+
+/* A readable listing: the summary, the ranks, then (detail 1) each piece
+ * grouped by (sender, receiver). NUL-terminated; valid while the schedule
+ * lives (until the next call for another detail). */
+LOADPLAN_API loadplan_status_t
+loadplan_schedule_text(loadplan_schedule_t *schedule, uint32_t detail,
+                       const char **out_text, size_t *out_size);
+
+/* "full", "sliced", "m_to_n"; NULL for an unknown engine. */
+LOADPLAN_API const char *loadplan_engine_name(uint32_t engine);
+
+/*===----------------------------------------------------------------------===*
+ * Transfer engines
+ *===----------------------------------------------------------------------===*/
+
+typedef struct loadplan_transfer_t loadplan_transfer_t;
+
+/* A buffer the receiver fills with the whole tensor of a fallback name,
+ * for the caller's load_weights; memory of the communicator's device. */
+typedef struct loadplan_fallback_buffer_t {
+  const char *name;
+  size_t name_size;
+  void *data;
+  uint64_t size_bytes;
+} loadplan_fallback_buffer_t;
+
+/* What a receiving rank brings: its plan bound to live memory, as
+ * loadplan_bind takes it (the device must be the communicator's), and one
+ * buffer per fallback name of the plan. */
+typedef struct loadplan_receiver_args_t {
+  loadplan_plan_t *plan;
+  const loadplan_target_layout_t *layouts;
+  size_t num_layouts;
+  /* CPU threads of the executor (0: all hardware threads). */
+  uint32_t num_threads;
+  const loadplan_fallback_buffer_t *fallbacks;
+  size_t num_fallbacks;
+} loadplan_receiver_args_t;
+
+typedef struct loadplan_transfer_options_t {
+  /* CPU threads for packing on a sender (0: all hardware threads). */
+  uint32_t num_threads;
+  /* For tests: >= 0 makes this rank fail on its own at that round (or at
+   * the end, past the last) while keeping the transfer going, as a rank
+   * whose copies failed does; -1: off. */
+  int32_t debug_fail_round;
+} loadplan_transfer_options_t;
+
+LOADPLAN_API void loadplan_transfer_options_init(loadplan_transfer_options_t *options);
+
+/* Collective: this rank's engine over `schedule`. Its role comes from the
+ * schedule (the sender and/or receiver whose comm_rank is this rank's);
+ * `receiver` is required for a receiving rank and must be NULL otherwise.
+ * Checks that every rank holds the same schedule and, on a receiver, that
+ * the plan is the one the schedule was made for and binds to `layouts`. */
+LOADPLAN_API loadplan_status_t
+loadplan_transfer_create(loadplan_comm_t *comm, loadplan_schedule_t *schedule,
+                         const loadplan_receiver_args_t *receiver,
+                         const loadplan_transfer_options_t *options,
+                         loadplan_transfer_t **out_transfer);
+LOADPLAN_API void loadplan_transfer_release(loadplan_transfer_t *transfer);
+
+/* What a sender holds of one checkpoint tensor for this update: the box
+ * the schedule says, packed contiguous, in the communicator's memory. */
+typedef struct loadplan_held_tensor_t {
+  const char *name;
+  size_t name_size;
+  const void *data;
+  uint32_t dtype;
+  uint32_t rank;
+  const int64_t *shape; /* the box's extents */
+} loadplan_held_tensor_t;
+
+/* Collective: one update. A sending rank passes every tensor it holds
+ * (others pass none). First every rank checks its inputs and all agree;
+ * on any error nothing moves. Then the rounds run; last, all agree again.
+ * Returns OK on every rank, or on every rank the first error. With atomic
+ * receivers, live memory changes only after that last agreement; otherwise
+ * a failure may leave a partial update. `stream`: a cudaStream_t (NCCL;
+ * NULL: the default stream), NULL for Gloo; returns when all bytes have
+ * landed. */
+LOADPLAN_API loadplan_status_t
+loadplan_transfer_update(loadplan_transfer_t *transfer,
+                         const loadplan_held_tensor_t *held, size_t num_held,
+                         void *stream);
+
+typedef struct loadplan_transfer_stats_t {
+  /* Of the last update, on this rank. Data pieces only (the agreements
+   * move 512 bytes per pair of ranks and are not counted). */
+  uint64_t bytes_sent;     /* to other ranks */
+  uint64_t bytes_received; /* from other ranks */
+  uint64_t bytes_local;    /* pieces whose sender is this rank too */
+  uint64_t bytes_in_place; /* received straight into live memory */
+  uint64_t bytes_staged;   /* received into staging, then scattered */
+  uint64_t bytes_packed;   /* packed before sending */
+  uint64_t messages_sent;
+  uint64_t messages_received;
+  uint32_t rounds; /* rounds this rank took part in */
+  uint32_t updates; /* updates so far that succeeded */
+  double seconds;
+} loadplan_transfer_stats_t;
+
+LOADPLAN_API loadplan_status_t
+loadplan_transfer_stats(const loadplan_transfer_t *transfer,
+                        loadplan_transfer_stats_t *out_stats);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* LOADPLAN_TRANSFER_H */

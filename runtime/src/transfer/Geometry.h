@@ -1,0 +1,88 @@
+//===- Geometry.h - Boxes, intersections and sub-regions ---------*- C++ -*-===//
+//
+// The arithmetic of a transfer: a piece is the intersection of what a
+// receiver needs and what a sender holds; it travels packed (row-major over
+// its own shape) and lands in the regions the receiver's plan writes. Here:
+// intersections, contiguity tests and the restriction of a plan region to a
+// sub-box of its box.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LOADPLAN_RUNTIME_TRANSFER_GEOMETRY_H
+#define LOADPLAN_RUNTIME_TRANSFER_GEOMETRY_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loadplan::transfer {
+
+/// [lo[k], hi[k]) per dim of a checkpoint tensor.
+struct Box {
+  std::vector<int64_t> lo, hi;
+
+  uint32_t rank() const { return static_cast<uint32_t>(lo.size()); }
+  int64_t extent(uint32_t k) const { return hi[k] - lo[k]; }
+  std::vector<int64_t> extents() const;
+  /// Elements; 0 when some dim is empty.
+  int64_t volume() const;
+  bool operator==(const Box &other) const {
+    return lo == other.lo && hi == other.hi;
+  }
+  bool operator!=(const Box &other) const { return !(*this == other); }
+};
+
+/// The box [0, shape[k]) per dim.
+Box wholeBox(const std::vector<int64_t> &shape);
+
+/// The intersection of `a` and `b`; false when it is empty.
+bool intersect(const Box &a, const Box &b, Box &out);
+
+bool contains(const Box &outer, const Box &inner);
+
+/// The element offset of `inner`'s first element in `outer` packed
+/// row-major.
+int64_t offsetIn(const Box &inner, const Box &outer);
+
+/// Whether `inner`, in its own row-major order, is one contiguous run of
+/// `outer` packed row-major: dims before some dim j have extent 1 and dims
+/// after j span all of `outer`.
+bool contiguousIn(const Box &inner, const Box &outer);
+
+/// A strided region in elements: where a box lands (plan_format.h).
+struct Region {
+  int64_t offset = 0;
+  std::vector<int64_t> shape, stride;
+};
+
+/// Whether `r` visits its elements in row-major order of its shape at
+/// consecutive addresses (dims of size 1 do not count).
+bool isContiguousRun(const Region &r);
+
+/// A sub-box of a piece and the region it lands in (of target `target`,
+/// which restrictRegion leaves for its caller to set).
+struct Part {
+  Box box;
+  Region region;
+  uint32_t target = 0;
+};
+
+/// Restricts `region` (where box `box` lands, its shape the box's shape
+/// with dims split, as a checked plan guarantees) to `sub`, a sub-box of
+/// `box`. A sub-range of a split dim is a box of the split dims only when
+/// it is aligned, so `sub` may come out as several parts (at most two per
+/// split level and dim, times over the dims); appends them to `out`.
+void restrictRegion(const Box &box, const Region &region, const Box &sub,
+                    std::vector<Part> &out);
+
+/// Cuts `box` into boxes of at most `maxElements` elements (at least 1):
+/// slabs along its first dim of extent > 1, recursing inward when one
+/// slab is still too large. Each result is contiguous in `box`.
+void splitBox(const Box &box, int64_t maxElements, std::vector<Box> &out);
+
+/// "[(0, 4), (8, 16)]".
+std::string boxText(const Box &box);
+
+} // namespace loadplan::transfer
+
+#endif // LOADPLAN_RUNTIME_TRANSFER_GEOMETRY_H

@@ -1,0 +1,361 @@
+//===- NcclTransport.cpp - The CUDA transport over NCCL -----------*- C++ -*-===//
+//
+// Built with the CUDA toolkit and nccl.h; libnccl.so.2 is opened with dlopen
+// on first use (the one torch already loaded, if any, else the one found at
+// build time), so the runtime still loads on machines without NCCL. Every
+// entry point asks cudaGetDeviceCount first, which fails cleanly without a
+// GPU. Sends and receives go in one ncclGroupStart/ncclGroupEnd on the
+// caller's stream; the wait polls the stream and the communicator's async
+// error against a deadline and aborts the communicator when it passes, as a
+// watchdog would.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Transport.h"
+#include "../Status.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <dlfcn.h>
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+using namespace loadplan;
+using namespace loadplan::transfer;
+
+namespace {
+
+/// The NCCL calls we make, looked up by name.
+struct Nccl {
+  ncclResult_t (*getUniqueId)(ncclUniqueId *);
+  ncclResult_t (*commInitRank)(ncclComm_t *, int, ncclUniqueId, int);
+  ncclResult_t (*commDestroy)(ncclComm_t);
+  ncclResult_t (*commAbort)(ncclComm_t);
+  ncclResult_t (*commGetAsyncError)(ncclComm_t, ncclResult_t *);
+  const char *(*getErrorString)(ncclResult_t);
+  ncclResult_t (*groupStart)();
+  ncclResult_t (*groupEnd)();
+  ncclResult_t (*send)(const void *, size_t, ncclDataType_t, int, ncclComm_t,
+                       cudaStream_t);
+  ncclResult_t (*recv)(void *, size_t, ncclDataType_t, int, ncclComm_t,
+                       cudaStream_t);
+};
+
+/// Loads libnccl once; nullptr (and `why`) when it cannot.
+const Nccl *loadNccl(std::string &why) {
+  static std::once_flag once;
+  static Nccl nccl;
+  static const Nccl *loaded = nullptr;
+  static std::string error;
+  std::call_once(once, [] {
+    void *lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+#ifdef LOADPLAN_NCCL_LIBRARY
+    if (!lib)
+      lib = dlopen(LOADPLAN_NCCL_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+#endif
+    if (!lib) {
+      const char *e = dlerror();
+      error = concat("cannot load libnccl.so.2: ", e ? e : "not found");
+      return;
+    }
+    bool ok = true;
+    auto get = [&](auto &fn, const char *name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+      if (!fn) {
+        ok = false;
+        error = concat("libnccl.so.2 lacks ", name);
+      }
+    };
+    get(nccl.getUniqueId, "ncclGetUniqueId");
+    get(nccl.commInitRank, "ncclCommInitRank");
+    get(nccl.commDestroy, "ncclCommDestroy");
+    get(nccl.commAbort, "ncclCommAbort");
+    get(nccl.commGetAsyncError, "ncclCommGetAsyncError");
+    get(nccl.getErrorString, "ncclGetErrorString");
+    get(nccl.groupStart, "ncclGroupStart");
+    get(nccl.groupEnd, "ncclGroupEnd");
+    get(nccl.send, "ncclSend");
+    get(nccl.recv, "ncclRecv");
+    if (ok)
+      loaded = &nccl;
+  });
+  why = error;
+  return loaded;
+}
+
+void checkCuda(cudaError_t error, const char *what) {
+  if (error != cudaSuccess) {
+    cudaGetLastError();
+    fail(LOADPLAN_STATUS_DEVICE_ERROR, what, " failed: ",
+         cudaGetErrorString(error), " (", cudaGetErrorName(error), ")");
+  }
+}
+
+int deviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+const Nccl &requireNccl() {
+  std::string why;
+  const Nccl *nccl = loadNccl(why);
+  if (!nccl)
+    fail(LOADPLAN_STATUS_UNAVAILABLE, "nccl: ", why);
+  if (deviceCount() == 0)
+    fail(LOADPLAN_STATUS_UNAVAILABLE, "nccl: no CUDA device");
+  return *nccl;
+}
+
+/// Makes `device` current for a scope (torch keeps its own).
+class DeviceGuard {
+public:
+  explicit DeviceGuard(int device) {
+    checkCuda(cudaGetDevice(&previous), "cudaGetDevice");
+    if (previous != device)
+      checkCuda(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceGuard() {
+    int current = -1;
+    if (cudaGetDevice(&current) == cudaSuccess && current != previous)
+      cudaSetDevice(previous);
+  }
+
+private:
+  int previous = 0;
+};
+
+using Clock = std::chrono::steady_clock;
+
+class NcclTransport final : public Transport {
+public:
+  NcclTransport(int rank, int size, const uint8_t *id, int device,
+                int64_t timeoutMs)
+      : Transport(rank, size), nccl(requireNccl()), deviceIndex(device),
+        timeout(timeoutMs > 0 ? timeoutMs : 60000) {
+    if (device < 0 || device >= deviceCount())
+      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "nccl: CUDA device ", device,
+           " of ", deviceCount());
+    DeviceGuard guard(device);
+    ncclUniqueId unique;
+    std::memcpy(unique.internal, id, sizeof unique.internal);
+    check(nccl.commInitRank(&comm, size, unique, rank), "ncclCommInitRank");
+    checkCuda(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking),
+              "cudaStreamCreate");
+  }
+
+  ~NcclTransport() override {
+    int current = -1;
+    cudaGetDevice(&current);
+    cudaSetDevice(deviceIndex);
+    if (side)
+      cudaStreamDestroy(side);
+    cudaFree(records);
+    if (comm)
+      (failed() ? nccl.commAbort : nccl.commDestroy)(comm);
+    if (current >= 0)
+      cudaSetDevice(current);
+  }
+
+  uint32_t backend() const override { return LOADPLAN_BACKEND_NCCL; }
+  loadplan_device_t device() const override {
+    return {LOADPLAN_DEVICE_CUDA, deviceIndex};
+  }
+  bool selfOps() const override { return true; }
+
+  void run(const std::vector<Op> &ops, void *stream) override {
+    checkOpen();
+    DeviceGuard guard(deviceIndex);
+    auto s = static_cast<cudaStream_t>(stream);
+    post(ops, s);
+    waitFor(s);
+  }
+
+  void exchange(const void *mine, size_t bytes, void *all, uint64_t,
+                std::vector<std::string> &errors) override {
+    errors.assign(size, "");
+    auto *out = static_cast<uint8_t *>(all);
+    std::memcpy(out + size_t(rank) * bytes, mine, bytes);
+    std::string error;
+    if (failed()) {
+      error = "the communicator failed earlier: " + failure();
+    } else {
+      try {
+        DeviceGuard guard(deviceIndex);
+        size_t total = bytes * size_t(size);
+        if (recordBytes < total) {
+          cudaFree(records);
+          records = nullptr;
+          checkCuda(cudaMalloc(&records, total), "cudaMalloc");
+          recordBytes = total;
+        }
+        uint8_t *dev = static_cast<uint8_t *>(records);
+        checkCuda(cudaMemcpyAsync(dev + size_t(rank) * bytes, mine, bytes,
+                                  cudaMemcpyHostToDevice, side),
+                  "cudaMemcpyAsync");
+        std::vector<Op> ops;
+        for (int peer = 0; peer < size; ++peer) {
+          if (peer == rank)
+            continue;
+          ops.push_back({true, peer, dev + size_t(rank) * bytes, bytes, 0});
+          ops.push_back({false, peer, dev + size_t(peer) * bytes, bytes, 0});
+        }
+        post(ops, side);
+        waitFor(side);
+        checkCuda(cudaMemcpyAsync(out, dev, total, cudaMemcpyDeviceToHost, side),
+                  "cudaMemcpyAsync");
+        checkCuda(cudaStreamSynchronize(side), "cudaStreamSynchronize");
+        std::memcpy(out + size_t(rank) * bytes, mine, bytes);
+        return;
+      } catch (const StatusError &e) {
+        error = e.message;
+      }
+    }
+    // NCCL does not say which peer failed: all of them may have.
+    for (int peer = 0; peer < size; ++peer)
+      if (peer != rank)
+        errors[peer] = error;
+  }
+
+  void checkMemory(const void *data, const std::string &what) override {
+    cudaPointerAttributes a;
+    checkCuda(cudaPointerGetAttributes(&a, data), "cudaPointerGetAttributes");
+    if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+      fail(LOADPLAN_STATUS_INVALID_UPDATE, what,
+           " is not CUDA device memory; NCCL sends from the device");
+    if (a.type == cudaMemoryTypeDevice && a.device != deviceIndex)
+      fail(LOADPLAN_STATUS_INVALID_UPDATE, what, " is on CUDA device ",
+           a.device, " but the communicator is on device ", deviceIndex);
+  }
+
+  void *allocate(size_t bytes) override {
+    DeviceGuard guard(deviceIndex);
+    void *p = nullptr;
+    checkCuda(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc");
+    return p;
+  }
+  void release(void *p) override {
+    int current = -1;
+    cudaGetDevice(&current);
+    cudaSetDevice(deviceIndex);
+    cudaFree(p);
+    if (current >= 0)
+      cudaSetDevice(current);
+  }
+  void copy(void *dst, const void *src, size_t bytes, void *stream) override {
+    DeviceGuard guard(deviceIndex);
+    checkCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                              static_cast<cudaStream_t>(stream)),
+              "cudaMemcpyAsync");
+  }
+  void synchronize(void *stream) override {
+    DeviceGuard guard(deviceIndex);
+    checkCuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)),
+              "cudaStreamSynchronize");
+  }
+
+private:
+  void check(ncclResult_t result, const char *what) {
+    if (result != ncclSuccess && result != ncclInProgress)
+      fail(LOADPLAN_STATUS_DEVICE_ERROR, "nccl: ", what, " failed: ",
+           nccl.getErrorString(result));
+  }
+
+  void checkOpen() const {
+    if (failed())
+      fail(LOADPLAN_STATUS_DEVICE_ERROR,
+           "nccl: the communicator failed earlier and was aborted (",
+           failure(), "); make a new one");
+  }
+
+  /// Aborts the communicator for good and throws `message`.
+  [[noreturn]] void abort(const std::string &message) {
+    markFailed(message);
+    nccl.commAbort(comm);
+    comm = nullptr;
+    fail(LOADPLAN_STATUS_DEVICE_ERROR, "nccl: ", message);
+  }
+
+  void post(const std::vector<Op> &ops, cudaStream_t stream) {
+    check(nccl.groupStart(), "ncclGroupStart");
+    ncclResult_t result = ncclSuccess;
+    for (const Op &op : ops) {
+      result = op.send ? nccl.send(op.data, op.bytes, ncclUint8, op.peer, comm,
+                                   stream)
+                       : nccl.recv(op.data, op.bytes, ncclUint8, op.peer, comm,
+                                   stream);
+      if (result != ncclSuccess)
+        break;
+    }
+    ncclResult_t end = nccl.groupEnd();
+    if (result != ncclSuccess || (end != ncclSuccess && end != ncclInProgress))
+      abort(concat("posting ", ops.size(), " sends and receives failed: ",
+                   nccl.getErrorString(result != ncclSuccess ? result : end)));
+  }
+
+  void waitFor(cudaStream_t stream) {
+    auto deadline = Clock::now() + timeout;
+    while (true) {
+      cudaError_t q = cudaStreamQuery(stream);
+      if (q == cudaSuccess)
+        return;
+      if (q != cudaErrorNotReady) {
+        cudaGetLastError();
+        abort(concat("the stream failed: ", cudaGetErrorString(q)));
+      }
+      ncclResult_t async = ncclSuccess;
+      nccl.commGetAsyncError(comm, &async);
+      if (async != ncclSuccess && async != ncclInProgress)
+        abort(concat("asynchronous error: ", nccl.getErrorString(async)));
+      if (Clock::now() > deadline)
+        abort(concat("the transfer did not finish within ", timeout.count(),
+                     " ms (a peer is gone or stuck)"));
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  const Nccl &nccl;
+  int deviceIndex;
+  std::chrono::milliseconds timeout;
+  ncclComm_t comm = nullptr;
+  cudaStream_t side = nullptr;
+  void *records = nullptr;
+  size_t recordBytes = 0;
+};
+
+} // namespace
+
+bool loadplan::transfer::ncclAvailable(std::string &why) {
+  if (!loadNccl(why))
+    return false;
+  if (deviceCount() == 0) {
+    why = "no CUDA device";
+    return false;
+  }
+  return true;
+}
+
+void loadplan::transfer::makeNcclUniqueId(uint8_t out[LOADPLAN_NCCL_UNIQUE_ID_BYTES]) {
+  const Nccl &nccl = requireNccl();
+  ncclUniqueId id;
+  ncclResult_t result = nccl.getUniqueId(&id);
+  if (result != ncclSuccess)
+    fail(LOADPLAN_STATUS_DEVICE_ERROR, "nccl: ncclGetUniqueId failed: ",
+         nccl.getErrorString(result));
+  static_assert(sizeof id.internal == LOADPLAN_NCCL_UNIQUE_ID_BYTES,
+                "NCCL's unique id size changed");
+  std::memcpy(out, id.internal, LOADPLAN_NCCL_UNIQUE_ID_BYTES);
+}
+
+std::unique_ptr<Transport>
+loadplan::transfer::makeNcclTransport(int rank, int size, const uint8_t *id,
+                                      int device, int64_t timeoutMs) {
+  return std::make_unique<NcclTransport>(rank, size, id, device, timeoutMs);
+}

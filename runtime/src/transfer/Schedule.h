@@ -1,0 +1,154 @@
+//===- Schedule.h - Transfer schedules: build, serialize, parse --*- C++ -*-===//
+//
+// A schedule is computed once from the senders' layout and the receivers'
+// plans (buildSchedule) and run on every update by each rank's engine. It
+// travels as bytes (schedule_format.h); parseSchedule accepts only bytes
+// whose every index, box and offset an engine can trust.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LOADPLAN_RUNTIME_TRANSFER_SCHEDULE_H
+#define LOADPLAN_RUNTIME_TRANSFER_SCHEDULE_H
+
+#include "../Plan.h"
+#include "Geometry.h"
+#include "loadplan/transfer.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace loadplan::transfer {
+
+/// Staging offsets are aligned to this (any dtype's size divides it).
+constexpr uint64_t kStagingAlign = 64;
+
+struct Tensor {
+  std::string name;
+  uint32_t dtype = 0;
+  std::vector<int64_t> shape;
+  int64_t itemSize() const;
+};
+
+struct Holding {
+  uint32_t tensor = 0;
+  Box box;
+};
+
+struct Sender {
+  uint32_t commRank = 0;
+  uint64_t stagingCap = 0;
+  uint64_t stagingBytes = 0;
+  std::vector<Holding> holdings;
+};
+
+struct Need {
+  uint32_t tensor = 0;
+  uint8_t kind = LOADPLAN_NEED_BOX;
+  uint32_t box = 0;
+  Box range;
+};
+
+struct Receiver {
+  uint32_t commRank = 0;
+  uint64_t stagingCap = 0;
+  uint64_t stagingBytes = 0;
+  bool atomic = false;
+  uint64_t planFingerprint = 0;
+  uint64_t planDigest = 0;
+  std::vector<Need> needs;
+};
+
+struct Piece {
+  uint32_t sender = 0, receiver = 0, holding = 0, need = 0, round = 0;
+  uint8_t flags = 0;
+  uint64_t sendOffset = 0, recvOffset = 0;
+  Box box;
+};
+
+struct Schedule {
+  uint32_t engine = 0;
+  uint32_t worldSize = 0;
+  uint32_t numRounds = 0;
+  std::vector<Tensor> tensors;
+  std::vector<Sender> senders;
+  std::vector<Receiver> receivers;
+  std::vector<Piece> pieces;
+  uint64_t fingerprint = 0;
+  uint64_t checksum = 0;
+  /// The file: header and payload.
+  std::vector<uint8_t> bytes;
+
+  uint64_t pieceBytes(const Piece &p) const;
+  loadplan_schedule_summary_t summary() const;
+  std::string text(uint32_t detail) const;
+};
+
+/// What the receiver's plan makes of a need: the (box, region, target)
+/// triples its pieces land in. Targets past the plan's are the fallback
+/// buffers, in the order of the plan's fallback entries.
+struct Destination {
+  Box box;
+  const Region *region;
+  uint32_t target;
+};
+
+/// The plan side of a receiver, shared by the builder (to decide which
+/// pieces land in place) and the engine (to land them).
+class Landing {
+public:
+  Landing(const Plan &plan, const std::vector<Tensor> &tensors);
+
+  /// The needs of a receiver of `engine` with this plan; throws
+  /// INVALID_ARGUMENT where the plan and the tensors disagree.
+  std::vector<Need> needs(uint32_t engine, const std::string &who) const;
+
+  /// Where `piece` (a sub-box of `need`) lands: appends its parts; returns
+  /// whether it can be received in place (one part, the whole piece, one
+  /// contiguous run), and then its target and element offset.
+  bool land(const Need &need, const Box &piece, std::vector<Part> &parts,
+            uint32_t &target) const;
+
+  /// The fallback target of plan entry `entry`.
+  uint32_t fallbackTarget(uint32_t entry) const;
+  uint32_t numPlanTargets() const { return numTargets; }
+
+private:
+  void destinations(const Need &need, std::vector<Destination> &out) const;
+
+  const Plan &plan;
+  const std::vector<Tensor> &tensors;
+  uint32_t numTargets;
+  /// Per tensor: its plan entry, or -1.
+  std::vector<int64_t> entryOf;
+  /// Per plan entry: its index among fallbacks, or -1.
+  std::vector<int64_t> fallbackIndex;
+  /// Per plan entry: the whole tensor's contiguous region.
+  std::vector<Region> wholeRegion;
+  /// Per plan entry: its boxes.
+  std::vector<std::vector<Box>> boxes;
+  /// Per plan entry, per box: its writes' regions.
+  std::vector<std::vector<std::vector<std::pair<Region, uint32_t>>>> writes;
+};
+
+/// The content digest of a plan (schedule_format.h).
+uint64_t planDigest(const Plan &plan);
+
+std::unique_ptr<Schedule> buildSchedule(const loadplan_schedule_spec_t &spec);
+
+/// Throws INVALID_PLAN saying what is wrong.
+std::unique_ptr<Schedule> parseSchedule(const uint8_t *data, size_t size);
+
+} // namespace loadplan::transfer
+
+/// The C handle: a reference-counted schedule.
+struct loadplan_schedule_t {
+  std::atomic<int64_t> refs{1};
+  std::unique_ptr<loadplan::transfer::Schedule> schedule;
+  std::string text;
+};
+
+#endif // LOADPLAN_RUNTIME_TRANSFER_SCHEDULE_H

@@ -1,0 +1,108 @@
+//===- Transport.h - Point-to-point byte transports --------------*- C++ -*-===//
+//
+// What an engine needs of a communication library: post a group of sends
+// and receives of byte ranges at once and wait for all of them, swap a
+// small record with every other rank (the engines' agreements), and
+// memory and copies on the transport's device. Gloo (CPU memory over TCP)
+// and NCCL (CUDA memory) implement it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LOADPLAN_RUNTIME_TRANSFER_TRANSPORT_H
+#define LOADPLAN_RUNTIME_TRANSFER_TRANSPORT_H
+
+#include "loadplan/transfer.h"
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace loadplan::transfer {
+
+/// One send or receive of `bytes` bytes at `data`. Gloo matches a send and
+/// a receive by (peer, tag); NCCL by their order between two ranks, which
+/// the engines keep equal on both sides.
+struct Op {
+  bool send;
+  int peer;
+  void *data;
+  size_t bytes;
+  uint64_t tag;
+};
+
+/// Tags at and above this are the agreements'; pieces use their index.
+constexpr uint64_t kAgreementTag = uint64_t(1) << 62;
+
+class Transport {
+public:
+  Transport(int rank, int size) : rank(rank), size(size) {}
+  virtual ~Transport() = default;
+
+  const int rank, size;
+
+  virtual uint32_t backend() const = 0;
+  virtual loadplan_device_t device() const = 0;
+  /// Whether ops with this rank as the peer are allowed; if not, an engine
+  /// copies its own pieces with copy().
+  virtual bool selfOps() const = 0;
+
+  /// Posts every op at once and returns when all completed. Throws a
+  /// StatusError (IO_ERROR for Gloo, DEVICE_ERROR for NCCL) when one fails
+  /// or the timeout passes; the transport is then closed (failed()).
+  virtual void run(const std::vector<Op> &ops, void *stream) = 0;
+
+  /// Sends `bytes` bytes at `mine` to every other rank and receives each
+  /// one's into all + peer * bytes (and its own at all + rank * bytes).
+  /// Never throws for a peer: errors[peer] says why that peer's record did
+  /// not come (empty when it did).
+  virtual void exchange(const void *mine, size_t bytes, void *all, uint64_t tag,
+                        std::vector<std::string> &errors) = 0;
+
+  /// Throws INVALID_UPDATE when `data` is not memory the transport can
+  /// send from (NCCL: memory of its device); `what` names it.
+  virtual void checkMemory(const void *data, const std::string &what) {
+    (void)data;
+    (void)what;
+  }
+
+  /// Memory of the transport's device, for staging; released by release().
+  virtual void *allocate(size_t bytes) = 0;
+  virtual void release(void *p) = 0;
+  /// Copies within the device's memory (ordered on `stream`).
+  virtual void copy(void *dst, const void *src, size_t bytes, void *stream) = 0;
+  /// Waits for `stream` (a no-op on the CPU).
+  virtual void synchronize(void *stream) = 0;
+
+  bool failed() const { return failure_.load(); }
+  std::string failure() const { return failureText; }
+
+protected:
+  /// Marks the transport closed for good, remembering why.
+  void markFailed(const std::string &why) {
+    if (!failure_.exchange(true))
+      failureText = why;
+  }
+
+private:
+  std::atomic<bool> failure_{false};
+  std::string failureText;
+};
+
+#if LOADPLAN_HAVE_GLOO
+std::unique_ptr<Transport> makeGlooTransport(int rank, int size,
+                                             const loadplan_gloo_options_t &options);
+#endif
+
+/// Whether NCCL can run here: the library loads and a GPU is present;
+/// otherwise `why` says what is missing.
+bool ncclAvailable(std::string &why);
+void makeNcclUniqueId(uint8_t out[LOADPLAN_NCCL_UNIQUE_ID_BYTES]);
+std::unique_ptr<Transport> makeNcclTransport(int rank, int size,
+                                             const uint8_t *id, int device,
+                                             int64_t timeoutMs);
+
+} // namespace loadplan::transfer
+
+#endif // LOADPLAN_RUNTIME_TRANSFER_TRANSPORT_H

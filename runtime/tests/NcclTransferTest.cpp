@@ -1,0 +1,142 @@
+//===- NcclTransferTest.cpp - Transfers over NCCL on one GPU -----*- C++ -*-===//
+//
+// Built with the CUDA toolkit and nccl.h; skipped where NCCL does not load
+// or cudaGetDeviceCount finds no device. One GPU allows one NCCL rank (NCCL
+// refuses two ranks on one device), so rank 0 is both the sender and a
+// TP=2 receiver and its pieces go through ncclSend/ncclRecv to itself:
+// column blocks packed on the device, a replicated norm staged and
+// scattered by the CUDA executor, the rest received in place, a fallback
+// into its buffer. Live memory must equal the reference. bench/
+// gpu_transfer.sh runs the multi-GPU case on a machine with several.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TransferTestUtil.h"
+
+#include <cuda_runtime.h>
+
+using namespace loadplan::testing;
+
+namespace {
+
+bool haveNccl() {
+  int32_t available = 0;
+  return isOk(loadplan_backend_available(LOADPLAN_BACKEND_NCCL, &available)) &&
+         available;
+}
+
+/// Device memory with the bytes of `host`, freed at scope exit.
+struct OnDevice {
+  explicit OnDevice(const std::vector<uint8_t> &host) : size(host.size()) {
+    EXPECT_EQ(cudaMalloc(&data, std::max<size_t>(size, 1)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(data, host.data(), size, cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  ~OnDevice() { cudaFree(data); }
+  OnDevice(const OnDevice &) = delete;
+  std::vector<uint8_t> read() const {
+    std::vector<uint8_t> out(size);
+    EXPECT_EQ(cudaMemcpy(out.data(), data, size, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return out;
+  }
+  void *data = nullptr;
+  size_t size;
+};
+
+TEST(NcclTransfer, OneRankSendsToItselfForEveryEngine) {
+  if (!haveNccl())
+    GTEST_SKIP() << "NCCL does not load or no CUDA device";
+  uint8_t id[LOADPLAN_NCCL_UNIQUE_ID_BYTES];
+  ASSERT_TRUE(isOk(loadplan_nccl_unique_id(id)));
+  loadplan_comm_t *raw = nullptr;
+  ASSERT_TRUE(isOk(loadplan_comm_create_nccl(0, 1, id, 0, 30000, &raw)));
+  CommPtr comm(raw);
+
+  TestPlan plan = tpPlan(2, 0);
+  PlanPtr handle = openPlan(plan);
+  std::vector<TensorDecl> tensors = tensorsOf(plan);
+  std::mt19937_64 rng(21);
+  for (uint32_t engine : {LOADPLAN_ENGINE_FULL, LOADPLAN_ENGINE_SLICED,
+                          LOADPLAN_ENGINE_M_TO_N}) {
+    for (bool atomic : {false, true}) {
+      ScheduleDecl decl;
+      decl.engine = engine;
+      decl.world = 1;
+      decl.tensors = tensors;
+      decl.senders.push_back({0, 64, wholeOf(tensors)});
+      decl.receivers.push_back({0, 64, atomic, handle.get()});
+      SchedulePtr schedule = decl.make();
+
+      Memory host(plan);
+      for (auto &s : host.storages)
+        fillRandom(s, rng);
+      std::vector<std::unique_ptr<OnDevice>> storages;
+      std::vector<uint8_t *> bases;
+      for (const auto &s : host.storages) {
+        storages.push_back(std::make_unique<OnDevice>(s));
+        bases.push_back(static_cast<uint8_t *>(storages.back()->data));
+      }
+      std::vector<loadplan_target_layout_t> layouts =
+          Memory::layoutsAt(plan, bases);
+      OnDevice fallback(std::vector<uint8_t>(2, 0));
+      loadplan_fallback_buffer_t fb{"scale", 5, fallback.data, 2};
+      loadplan_receiver_args_t args{handle.get(), layouts.data(),
+                                    layouts.size(), 0, &fb, 1};
+      loadplan_transfer_t *t = nullptr;
+      ASSERT_TRUE(isOk(loadplan_transfer_create(comm.get(), schedule.get(),
+                                                &args, nullptr, &t)));
+      TransferPtr transfer(t);
+
+      Update u;
+      std::vector<std::unique_ptr<OnDevice>> sources;
+      std::vector<loadplan_held_tensor_t> held;
+      for (const TensorDecl &td : tensors) {
+        std::vector<uint8_t> &bytes = u.tensors[td.name];
+        bytes.resize(size_t(td.bytes()));
+        fillRandom(bytes, rng);
+        sources.push_back(std::make_unique<OnDevice>(bytes));
+        held.push_back({td.name.data(), td.name.size(), sources.back()->data,
+                        td.dtype, uint32_t(td.shape.size()), td.shape.data()});
+      }
+      ASSERT_TRUE(isOk(loadplan_transfer_update(transfer.get(), held.data(),
+                                                held.size(), nullptr)));
+      std::vector<std::vector<uint8_t>> after;
+      for (const auto &s : storages)
+        after.push_back(s->read());
+      EXPECT_EQ(after, referenceAfter(plan, host.storages, u))
+          << loadplan_engine_name(engine) << (atomic ? " atomic" : "");
+      EXPECT_EQ(fallback.read(), u.tensors["scale"]);
+      loadplan_transfer_stats_t stats;
+      ASSERT_TRUE(isOk(loadplan_transfer_stats(transfer.get(), &stats)));
+      EXPECT_EQ(stats.bytes_local, summaryOf(schedule.get()).bytes_moved);
+
+      // Host memory is refused before anything moves.
+      held[0].data = u.tensors[tensors[0].name].data();
+      EXPECT_TRUE(isError(loadplan_transfer_update(transfer.get(), held.data(),
+                                                   held.size(), nullptr),
+                          LOADPLAN_STATUS_INVALID_UPDATE,
+                          "is not CUDA device memory"));
+    }
+  }
+}
+
+TEST(NcclTransfer, RefusesADeviceThatDoesNotExist) {
+  if (!haveNccl())
+    GTEST_SKIP() << "NCCL does not load or no CUDA device";
+  uint8_t id[LOADPLAN_NCCL_UNIQUE_ID_BYTES];
+  ASSERT_TRUE(isOk(loadplan_nccl_unique_id(id)));
+  loadplan_comm_t *raw = nullptr;
+  EXPECT_TRUE(isError(loadplan_comm_create_nccl(0, 1, id, 1000, 1000, &raw),
+                      LOADPLAN_STATUS_INVALID_ARGUMENT, "CUDA device 1000"));
+}
+
+TEST(NcclTransfer, UnavailableWithoutAGpuSaysWhy) {
+  if (haveNccl())
+    GTEST_SKIP() << "NCCL is available here";
+  uint8_t id[LOADPLAN_NCCL_UNIQUE_ID_BYTES];
+  EXPECT_TRUE(isError(loadplan_nccl_unique_id(id), LOADPLAN_STATUS_UNAVAILABLE,
+                      "nccl: "));
+}
+
+} // namespace

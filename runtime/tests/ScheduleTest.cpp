@@ -1,0 +1,554 @@
+//===- ScheduleTest.cpp - Transfer geometry and schedules --------*- C++ -*-===//
+//
+// The geometry against element-by-element references (restricting a plan
+// region to a sub-box, cutting boxes to a cap); schedules for replicas, TP
+// and FSDP shards and expert subsets: pieces that cover exactly what each
+// receiver's plan needs, balanced senders, rounds that keep every rank's
+// staging under its cap, atomic receivers, every refused spec; and the
+// schedule file: round trips, determinism, and every malformed-file case
+// (truncation at every byte, random byte flips with the checksum fixed).
+//
+//===----------------------------------------------------------------------===//
+
+#include "TransferTestUtil.h"
+
+#include "../src/transfer/Geometry.h"
+#include "../src/transfer/Schedule.h"
+
+#include <set>
+
+using namespace loadplan::testing;
+using loadplan::transfer::Box;
+using loadplan::transfer::Part;
+using loadplan::transfer::Region;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Geometry
+//===----------------------------------------------------------------------===//
+
+/// Where element `index` (row-major within `box`) lands under `region`,
+/// whose shape splits the box's dims: the same row-major index in it.
+int64_t landingOf(int64_t index, const Region &region) {
+  int64_t at = region.offset;
+  for (size_t k = region.shape.size(); k-- > 0;) {
+    at += index % region.shape[k] * region.stride[k];
+    index /= region.shape[k];
+  }
+  return at;
+}
+
+/// The row-major index of `point` within `box`.
+int64_t indexIn(const std::vector<int64_t> &point, const Box &box) {
+  int64_t index = 0;
+  for (uint32_t k = 0; k < box.rank(); ++k)
+    index = index * box.extent(k) + point[k] - box.lo[k];
+  return index;
+}
+
+/// A random region for a box: each dim of size > 1 split into up to three
+/// factors, the resulting dims given strides in a random order (with gaps).
+Region randomRegion(const Box &box, std::mt19937_64 &rng) {
+  Region r;
+  r.offset = int64_t(rng() % 7);
+  for (uint32_t k = 0; k < box.rank(); ++k) {
+    int64_t n = box.extent(k);
+    std::vector<int64_t> factors;
+    for (int64_t f = 2; f <= n && factors.size() < 2; ++f)
+      if (n % f == 0 && rng() % 2) {
+        factors.push_back(f);
+        n /= f;
+      }
+    factors.push_back(n);
+    if (rng() % 3 == 0)
+      factors.insert(factors.begin() + rng() % factors.size(), 1);
+    r.shape.insert(r.shape.end(), factors.begin(), factors.end());
+  }
+  std::vector<size_t> order(r.shape.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  r.stride.assign(r.shape.size(), 0);
+  int64_t stride = 1;
+  for (size_t k : order) {
+    r.stride[k] = stride;
+    stride *= r.shape[k] + int64_t(rng() % 2);
+  }
+  return r;
+}
+
+TEST(Geometry, RestrictedRegionsLandEveryElementWhereTheRegionDoes) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 400; ++trial) {
+    uint32_t rank = 1 + rng() % 3;
+    Box box, sub;
+    for (uint32_t k = 0; k < rank; ++k) {
+      int64_t lo = rng() % 4, n = 1 + rng() % 12;
+      box.lo.push_back(lo);
+      box.hi.push_back(lo + n);
+      int64_t a = lo + rng() % n;
+      sub.lo.push_back(a);
+      sub.hi.push_back(a + 1 + rng() % (lo + n - a));
+    }
+    Region region = randomRegion(box, rng);
+    std::vector<Part> parts;
+    loadplan::transfer::restrictRegion(box, region, sub, parts);
+    std::map<int64_t, int> seen; // landing -> times
+    int64_t elements = 0;
+    for (const Part &p : parts) {
+      ASSERT_TRUE(loadplan::transfer::contains(sub, p.box));
+      // The part's region is a split of its box, as plans require.
+      int64_t n = p.box.volume(), m = 1;
+      for (int64_t s : p.region.shape)
+        m *= s;
+      ASSERT_EQ(n, m);
+      std::vector<int64_t> point(rank);
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t rest = i;
+        for (uint32_t k = rank; k-- > 0;) {
+          point[k] = p.box.lo[k] + rest % p.box.extent(k);
+          rest /= p.box.extent(k);
+        }
+        int64_t expected = landingOf(indexIn(point, box), region);
+        ASSERT_EQ(landingOf(i, p.region), expected) << "trial " << trial;
+        ++seen[expected];
+      }
+      elements += n;
+    }
+    EXPECT_EQ(elements, sub.volume());
+    for (const auto &[at, times] : seen)
+      ASSERT_EQ(times, 1);
+  }
+}
+
+TEST(Geometry, AlignedSubBoxesOfSplitDimsStayOnePart) {
+  // Rows [4, 8) of a box of 8 rows split (2, 4): one block.
+  Box box{{0, 0}, {8, 3}}, sub{{4, 0}, {8, 3}};
+  Region region{0, {2, 4, 3}, {12, 3, 1}};
+  std::vector<Part> parts;
+  loadplan::transfer::restrictRegion(box, region, sub, parts);
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].region.offset, 12);
+  EXPECT_TRUE(loadplan::transfer::isContiguousRun(parts[0].region));
+  // Rows [3, 6) cross a block boundary: a head and a tail.
+  parts.clear();
+  loadplan::transfer::restrictRegion(box, region, Box{{3, 0}, {6, 3}}, parts);
+  EXPECT_EQ(parts.size(), 2u);
+}
+
+TEST(Geometry, ContiguityAndOffsets) {
+  Box outer{{2, 0, 0}, {6, 4, 5}};
+  EXPECT_TRUE(loadplan::transfer::contiguousIn(Box{{3, 0, 0}, {5, 4, 5}}, outer));
+  EXPECT_TRUE(loadplan::transfer::contiguousIn(Box{{3, 1, 0}, {4, 3, 5}}, outer));
+  EXPECT_TRUE(loadplan::transfer::contiguousIn(Box{{3, 1, 1}, {4, 2, 4}}, outer));
+  EXPECT_FALSE(loadplan::transfer::contiguousIn(Box{{3, 1, 0}, {5, 3, 5}}, outer));
+  EXPECT_FALSE(loadplan::transfer::contiguousIn(Box{{3, 0, 1}, {4, 4, 5}}, outer));
+  EXPECT_EQ(loadplan::transfer::offsetIn(Box{{3, 1, 2}, {4, 2, 3}}, outer),
+            1 * 20 + 1 * 5 + 2);
+  EXPECT_TRUE(loadplan::transfer::isContiguousRun(Region{0, {3, 1, 4}, {4, 99, 1}}));
+  EXPECT_FALSE(loadplan::transfer::isContiguousRun(Region{0, {3, 4}, {1, 3}}));
+}
+
+TEST(Geometry, SplitBoxesFitTheCapAndStayContiguous) {
+  std::mt19937_64 rng(9);
+  for (int trial = 0; trial < 200; ++trial) {
+    Box box;
+    uint32_t rank = 1 + rng() % 3;
+    for (uint32_t k = 0; k < rank; ++k) {
+      int64_t lo = rng() % 3;
+      box.lo.push_back(lo);
+      box.hi.push_back(lo + 1 + rng() % 9);
+    }
+    int64_t cap = 1 + rng() % 40;
+    std::vector<Box> chunks;
+    loadplan::transfer::splitBox(box, cap, chunks);
+    int64_t total = 0;
+    for (const Box &c : chunks) {
+      EXPECT_LE(c.volume(), cap);
+      EXPECT_TRUE(loadplan::transfer::contains(box, c));
+      EXPECT_TRUE(loadplan::transfer::contiguousIn(c, box));
+      total += c.volume();
+    }
+    EXPECT_EQ(total, box.volume());
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Building
+//===----------------------------------------------------------------------===//
+
+class ScheduleBuild : public ::testing::Test {
+protected:
+  /// `receivers` TP ranks after `senders` sender ranks.
+  void setUp(int64_t senders, int64_t receivers) {
+    for (int64_t r = 0; r < receivers; ++r) {
+      plans.push_back(tpPlan(receivers, r));
+      handles.push_back(openPlan(plans.back()));
+    }
+    decl.world = int32_t(senders + receivers);
+    decl.tensors = tensorsOf(plans[0]);
+    for (int64_t r = 0; r < receivers; ++r)
+      decl.receivers.push_back({int32_t(senders + r), 0, false, handles[r].get()});
+    for (int64_t s = 0; s < senders; ++s)
+      decl.senders.push_back({int32_t(s), 0, {}});
+  }
+
+  uint64_t needed() const {
+    uint64_t n = 0;
+    for (const PlanPtr &p : handles)
+      n += neededBytes(p.get());
+    return n;
+  }
+  uint64_t model() const {
+    uint64_t n = 0;
+    for (const TensorDecl &t : decl.tensors)
+      n += uint64_t(t.bytes());
+    return n;
+  }
+
+  std::vector<TestPlan> plans;
+  std::vector<PlanPtr> handles;
+  ScheduleDecl decl;
+};
+
+TEST_F(ScheduleBuild, SlicedFromOneReplicaMovesExactlyWhatThePlansNeed) {
+  setUp(1, 2);
+  decl.engine = LOADPLAN_ENGINE_SLICED;
+  decl.senders[0].holdings = wholeOf(decl.tensors);
+  SchedulePtr s = decl.make();
+  loadplan_schedule_summary_t sum = summaryOf(s.get());
+  EXPECT_EQ(sum.bytes_moved, needed());
+  EXPECT_EQ(sum.bytes_needed, needed());
+  EXPECT_EQ(sum.bytes_between_ranks, needed());
+  // One piece per box: qkv, o, norm, scale, two experts; per receiver.
+  EXPECT_EQ(sum.num_pieces, 12u);
+  // "o" is a column block: packed by the sender, in place on the receiver
+  // (its live tensor is exactly the block). "norm" goes to two places:
+  // staged.
+  EXPECT_GT(sum.bytes_packed, 0u);
+  EXPECT_EQ(sum.bytes_staged, 2u * 8 * 2);
+  EXPECT_EQ(sum.num_rounds, 1u);
+}
+
+TEST_F(ScheduleBuild, FullBroadcastMovesTheModelToEveryReceiver) {
+  setUp(1, 2);
+  decl.engine = LOADPLAN_ENGINE_FULL;
+  decl.senders[0].holdings = wholeOf(decl.tensors);
+  loadplan_schedule_summary_t sum = summaryOf(decl.make().get());
+  EXPECT_EQ(sum.bytes_moved, 2 * model());
+  EXPECT_EQ(sum.bytes_needed, 2 * model());
+  EXPECT_GT(2 * model(), needed());
+}
+
+TEST_F(ScheduleBuild, MToNGathersRowShardsIntoColumnBlocks) {
+  setUp(4, 2);
+  for (int64_t s = 0; s < 4; ++s)
+    decl.senders[s].holdings = shardsOf(decl.tensors, 4, s);
+  SchedulePtr s = decl.make();
+  loadplan_schedule_summary_t sum = summaryOf(s.get());
+  EXPECT_EQ(sum.bytes_moved, needed());
+  // Each receiver's "o" column block comes from all four row shards.
+  std::string text;
+  const char *raw = nullptr;
+  ASSERT_TRUE(isOk(loadplan_schedule_text(s.get(), 1, &raw, nullptr)));
+  text = raw;
+  for (int sender = 0; sender < 4; ++sender)
+    EXPECT_NE(text.find("sender " + std::to_string(sender) +
+                        " (rank " + std::to_string(sender) +
+                        ") -> receiver 1 (rank 5)"),
+              std::string::npos)
+        << text;
+  EXPECT_NE(text.find("'o' [(2, 4), (8, 16)]"), std::string::npos) << text;
+  // The same spec refused by the sliced engine: no sender holds a whole box.
+  decl.engine = LOADPLAN_ENGINE_SLICED;
+  loadplan_schedule_t *out = nullptr;
+  EXPECT_TRUE(isError(decl.build(&out), LOADPLAN_STATUS_INVALID_ARGUMENT,
+                      "but no sender holds it whole"));
+  EXPECT_EQ(out, nullptr);
+}
+
+TEST_F(ScheduleBuild, TpShardsToMoreReceiversAreSliced) {
+  // A TP=2 trainer (rows of qkv, columns of o, experts split) to TP=4.
+  setUp(2, 4);
+  decl.engine = LOADPLAN_ENGINE_SLICED;
+  for (int64_t s = 0; s < 2; ++s)
+    for (uint32_t t = 0; t < decl.tensors.size(); ++t) {
+      const TensorDecl &td = decl.tensors[t];
+      if (td.name == "qkv" || td.name == "o") {
+        size_t dim = td.name == "o" ? 1 : 0;
+        TestBox box{{0, 0}, td.shape};
+        std::tie(box.starts[dim], box.stops[dim]) = chunkOf(td.shape[dim], 2, s);
+        decl.senders[s].holdings.push_back({t, box});
+      } else if (td.name.rfind("expert.", 0) == 0) {
+        if (std::stoi(td.name.substr(7)) % 2 == s)
+          decl.senders[s].holdings.push_back({t, {}});
+      } else {
+        decl.senders[s].holdings.push_back({t, {}});
+      }
+    }
+  loadplan_schedule_summary_t sum = summaryOf(decl.make().get());
+  EXPECT_EQ(sum.bytes_moved, needed());
+  decl.engine = LOADPLAN_ENGINE_M_TO_N;
+  EXPECT_EQ(summaryOf(decl.make().get()).bytes_moved, needed());
+}
+
+TEST_F(ScheduleBuild, ReplicasShareTheWork) {
+  setUp(2, 4);
+  decl.engine = LOADPLAN_ENGINE_FULL;
+  for (SenderDecl &x : decl.senders)
+    x.holdings = wholeOf(decl.tensors);
+  SchedulePtr s = decl.make();
+  // Each sender sends about half of 4 receivers x the model: the greedy
+  // choice keeps them within the largest tensor of each other.
+  const loadplan::transfer::Schedule &sched = *s->schedule;
+  uint64_t sent[2] = {0, 0};
+  for (const auto &p : sched.pieces)
+    sent[p.sender] += sched.pieceBytes(p);
+  EXPECT_EQ(sent[0] + sent[1], 4 * model());
+  EXPECT_LE(std::max(sent[0], sent[1]) - std::min(sent[0], sent[1]), 256u);
+}
+
+/// Staging per (round, rank) from the pieces of a schedule, and the checks
+/// that it stays under each rank's cap.
+void expectRoundsUnderCaps(const loadplan_schedule_t *s, uint64_t cap) {
+  const loadplan::transfer::Schedule &sched = *s->schedule;
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> send, recv;
+  for (const auto &p : sched.pieces) {
+    uint64_t bytes = (sched.pieceBytes(p) + 63) / 64 * 64;
+    if (p.flags & LOADPLAN_PIECE_PACKED)
+      send[{p.round, p.sender}] += bytes;
+    if ((p.flags & LOADPLAN_PIECE_STAGED) && !sched.receivers[p.receiver].atomic)
+      recv[{p.round, p.receiver}] += bytes;
+  }
+  for (const auto &[key, bytes] : send)
+    EXPECT_LE(bytes, cap) << "round " << key.first << " sender " << key.second;
+  for (const auto &[key, bytes] : recv)
+    EXPECT_LE(bytes, cap) << "round " << key.first << " receiver " << key.second;
+  for (const auto &x : sched.senders)
+    EXPECT_LE(x.stagingBytes, cap);
+}
+
+TEST_F(ScheduleBuild, SmallCapsMakeMoreRoundsButNeverMoreStaging) {
+  setUp(1, 2);
+  decl.engine = LOADPLAN_ENGINE_FULL; // every receive staged
+  decl.senders[0].holdings = shardsOf(decl.tensors, 1, 0);
+  for (uint64_t cap : {64ull, 128ull, 256ull, 100000ull}) {
+    for (SenderDecl &x : decl.senders)
+      x.cap = cap;
+    for (ReceiverDecl &r : decl.receivers)
+      r.cap = cap;
+    SchedulePtr s = decl.make();
+    loadplan_schedule_summary_t sum = summaryOf(s.get());
+    EXPECT_EQ(sum.bytes_moved, 2 * model());
+    EXPECT_LE(sum.max_receiver_staging, cap);
+    expectRoundsUnderCaps(s.get(), cap);
+    if (cap == 64)
+      EXPECT_GT(sum.num_rounds, 4u);
+    if (cap == 100000)
+      EXPECT_EQ(sum.num_rounds, 1u);
+  }
+  // Atomic receivers stage everything, past their cap.
+  for (ReceiverDecl &r : decl.receivers) {
+    r.cap = 64;
+    r.atomic = true;
+  }
+  loadplan_schedule_summary_t sum = summaryOf(decl.make().get());
+  EXPECT_EQ(sum.bytes_staged, sum.bytes_moved);
+  EXPECT_GE(sum.max_receiver_staging, model());
+}
+
+TEST_F(ScheduleBuild, RefusesSpecsItCannotServe) {
+  setUp(2, 2);
+  decl.senders[0].holdings = shardsOf(decl.tensors, 2, 0);
+  decl.senders[1].holdings = shardsOf(decl.tensors, 2, 1);
+  loadplan_schedule_t *out = nullptr;
+  auto refused = [&](const ScheduleDecl &d, loadplan_status_code_t code,
+                     const std::string &text) {
+    return isError(d.build(&out), code, text);
+  };
+  ASSERT_TRUE(isOk(decl.build(&out)));
+  loadplan_schedule_release(out);
+
+  ScheduleDecl d = decl;
+  d.senders[1].holdings.clear();
+  EXPECT_TRUE(refused(d, LOADPLAN_STATUS_INVALID_ARGUMENT,
+                      "but the senders hold only"));
+  d = decl;
+  d.senders[1].holdings = wholeOf(d.tensors);
+  EXPECT_TRUE(refused(d, LOADPLAN_STATUS_INVALID_ARGUMENT,
+                      "hold overlapping but different boxes of 'qkv'"));
+  d = decl;
+  d.tensors[0].dtype = LOADPLAN_DTYPE_FLOAT32;
+  EXPECT_TRUE(refused(d, LOADPLAN_STATUS_INVALID_ARGUMENT,
+                      "its plan has 'qkv' as bfloat16 [16, 8] but the senders "
+                      "declare float32 [16, 8]"));
+  d = decl;
+  d.tensors[0].name = "renamed";
+  EXPECT_TRUE(refused(d, LOADPLAN_STATUS_INVALID_ARGUMENT,
+                      "its plan needs 'qkv' but no sender declares it"));
+  d = decl;
+  d.tensors.push_back(d.tensors[0]);
+  EXPECT_TRUE(refused(d, LOADPLAN_STATUS_INVALID_ARGUMENT, "is declared twice"));
+  d = decl;
+  d.senders[1].holdings.push_back(d.senders[1].holdings[0]);
+  EXPECT_TRUE(refused(d, LOADPLAN_STATUS_INVALID_ARGUMENT, "holds 'qkv' twice"));
+  d = decl;
+  d.senders[0].holdings[0].box = {{0, 0}, {17, 8}};
+  EXPECT_TRUE(refused(d, LOADPLAN_STATUS_INVALID_ARGUMENT,
+                      "holds box [(0, 17), (0, 8)] of 'qkv'"));
+  d = decl;
+  d.senders[1].rank = 0;
+  EXPECT_TRUE(refused(d, LOADPLAN_STATUS_INVALID_ARGUMENT, "is already a sender"));
+  d = decl;
+  d.receivers[1].rank = 7;
+  EXPECT_TRUE(refused(d, LOADPLAN_STATUS_INVALID_ARGUMENT,
+                      "comm_rank 7 is not in [0, 4)"));
+  d = decl;
+  d.receivers[0].plan = nullptr;
+  EXPECT_TRUE(refused(d, LOADPLAN_STATUS_INVALID_ARGUMENT, "plan is NULL"));
+  d = decl;
+  d.engine = 7;
+  EXPECT_TRUE(refused(d, LOADPLAN_STATUS_INVALID_ARGUMENT, "unknown engine 7"));
+  d = decl;
+  d.engine = LOADPLAN_ENGINE_FULL;
+  for (ReceiverDecl &r : d.receivers)
+    r.cap = 1;
+  EXPECT_TRUE(refused(d, LOADPLAN_STATUS_INVALID_ARGUMENT,
+                      "receiver 0 (rank 2): staging cap 1 is below the minimum "
+                      "of 64 bytes"));
+  EXPECT_TRUE(isError(loadplan_schedule_build(nullptr, &out),
+                      LOADPLAN_STATUS_INVALID_ARGUMENT, "spec is NULL"));
+}
+
+//===----------------------------------------------------------------------===//
+// The file
+//===----------------------------------------------------------------------===//
+
+class ScheduleFile : public ScheduleBuild {
+protected:
+  void SetUp() override {
+    setUp(2, 2);
+    decl.senders[0].holdings = shardsOf(decl.tensors, 2, 0);
+    decl.senders[1].holdings = shardsOf(decl.tensors, 2, 1);
+    for (ReceiverDecl &r : decl.receivers)
+      r.cap = 64;
+    schedule = decl.make();
+    bytes = bytesOf(schedule.get());
+  }
+
+  loadplan_status_t open(const std::vector<uint8_t> &b) {
+    loadplan_schedule_t *raw = nullptr;
+    loadplan_status_t s = loadplan_schedule_open_bytes(b.data(), b.size(), &raw);
+    loadplan_schedule_release(raw);
+    return s;
+  }
+
+  /// `b` with its header's checksum made right for its payload.
+  static std::vector<uint8_t> fixChecksum(std::vector<uint8_t> b) {
+    uint64_t sum = loadplan_fnv1a64(LOADPLAN_FNV1A64_INIT, b.data() + 40,
+                                    b.size() - 40);
+    for (int i = 0; i < 8; ++i)
+      b[32 + i] = uint8_t(sum >> (8 * i));
+    return b;
+  }
+
+  SchedulePtr schedule;
+  std::vector<uint8_t> bytes;
+};
+
+TEST_F(ScheduleFile, RoundTripsAndIsDeterministic) {
+  loadplan_schedule_t *raw = nullptr;
+  ASSERT_TRUE(isOk(loadplan_schedule_open_bytes(bytes.data(), bytes.size(), &raw)));
+  SchedulePtr reopened(raw);
+  EXPECT_EQ(bytesOf(reopened.get()), bytes);
+  loadplan_schedule_summary_t a = summaryOf(schedule.get()),
+                              b = summaryOf(reopened.get());
+  EXPECT_EQ(a.fingerprint, b.fingerprint);
+  EXPECT_EQ(a.checksum, b.checksum);
+  EXPECT_EQ(a.num_pieces, b.num_pieces);
+  EXPECT_EQ(a.bytes_moved, b.bytes_moved);
+  EXPECT_GT(a.num_rounds, 1u);
+  // The same inputs give the same bytes; other inputs another fingerprint.
+  EXPECT_EQ(bytesOf(decl.make().get()), bytes);
+  ScheduleDecl other = decl;
+  other.receivers[0].cap = 128;
+  EXPECT_NE(summaryOf(other.make().get()).fingerprint, a.fingerprint);
+  other = decl;
+  TestPlan changed = plans[1];
+  changed.targets[0].module = "attn.qkv2";
+  PlanPtr changedPlan = openPlan(changed);
+  other.receivers[1].plan = changedPlan.get();
+  EXPECT_NE(summaryOf(other.make().get()).fingerprint, a.fingerprint);
+}
+
+TEST_F(ScheduleFile, RefusesBadHeaders) {
+  std::vector<uint8_t> b = bytes;
+  b[0] = 'X';
+  EXPECT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN, "not a schedule file"));
+  b = bytes;
+  b[8] = 9;
+  EXPECT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN, "version 9 is not 1"));
+  b = bytes;
+  b.push_back(0);
+  EXPECT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN,
+                      "payload bytes but"));
+  b = bytes;
+  b.back() ^= 1;
+  EXPECT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN, "checksum"));
+  b = bytes;
+  b[16] ^= 1; // the fingerprint
+  EXPECT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN,
+                      "is not that of its inputs"));
+  // A plan file is not a schedule.
+  std::vector<uint8_t> plan = plans[0].bytes();
+  EXPECT_TRUE(isError(open(plan), LOADPLAN_STATUS_INVALID_PLAN,
+                      "not a schedule file"));
+}
+
+TEST_F(ScheduleFile, TruncatedAnywhereIsRefused) {
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    std::vector<uint8_t> b(bytes.begin(), bytes.begin() + n);
+    if (n >= 40) {
+      // Make the header agree, so that the payload checks are reached.
+      uint64_t size = n - 40;
+      for (int i = 0; i < 8; ++i)
+        b[24 + i] = uint8_t(size >> (8 * i));
+      b = fixChecksum(b);
+    }
+    ASSERT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN, "")) << n;
+  }
+}
+
+TEST_F(ScheduleFile, RandomByteFlipsNeverCrash) {
+  std::mt19937_64 rng(3);
+  int refused = 0;
+  for (int trial = 0; trial < 5000; ++trial) {
+    std::vector<uint8_t> b = bytes;
+    int flips = 1 + int(rng() % 3);
+    for (int f = 0; f < flips; ++f)
+      b[40 + rng() % (b.size() - 40)] ^= uint8_t(1 + rng() % 255);
+    loadplan_status_t s = open(fixChecksum(b));
+    if (s) {
+      ++refused;
+      EXPECT_EQ(loadplan_status_code(s), LOADPLAN_STATUS_INVALID_PLAN)
+          << loadplan_status_message(s);
+      loadplan_status_free(s);
+    }
+  }
+  EXPECT_GT(refused, 4000);
+}
+
+TEST_F(ScheduleFile, NullArguments) {
+  loadplan_schedule_t *raw = nullptr;
+  EXPECT_TRUE(isError(loadplan_schedule_open_bytes(nullptr, 10, &raw),
+                      LOADPLAN_STATUS_INVALID_ARGUMENT, "schedule data is NULL"));
+  EXPECT_TRUE(isError(loadplan_schedule_open_bytes(bytes.data(), bytes.size(), nullptr),
+                      LOADPLAN_STATUS_INVALID_ARGUMENT, "out_schedule is NULL"));
+  loadplan_schedule_summary_t sum;
+  EXPECT_TRUE(isError(loadplan_schedule_summary(nullptr, &sum),
+                      LOADPLAN_STATUS_INVALID_ARGUMENT, "schedule is NULL"));
+  EXPECT_STREQ(loadplan_engine_name(LOADPLAN_ENGINE_M_TO_N), "m_to_n");
+  EXPECT_EQ(loadplan_engine_name(9), nullptr);
+}
+
+} // namespace

@@ -1,0 +1,562 @@
+//===- TransferTest.cpp - Transfers between processes over Gloo --*- C++ -*-===//
+//
+// Each test forks its ranks (2 to 6 processes), which connect over TCP on
+// loopback through a file store and run a schedule: full, sliced and M-to-N
+// updates from replicas, TP and FSDP shards into TP receivers with a
+// fallback and expert subsets. Every receiver's live memory must equal the
+// reference application of its plan to the same full tensors, its fallback
+// buffer the whole tensor, and the bytes it received exactly what its plan
+// needs (the model for FULL). Failures: a rank that fails at a round, a bad
+// input, a plan that is not the schedule's and a rank that dies must give
+// every other rank the error (and leave atomic receivers untouched). Every
+// rank is bounded in time.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TransferTestUtil.h"
+
+#include <chrono>
+#include <csignal>
+#include <functional>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+using namespace loadplan::testing;
+
+namespace {
+
+/// Runs body(rank) in `n` forked processes. Each must return "" (success)
+/// and exit within `seconds`; what a rank returns otherwise is reported.
+::testing::AssertionResult runRanks(int n,
+                                    const std::function<std::string(int)> &body,
+                                    int seconds = 60) {
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < n; ++rank) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      std::string error;
+      try {
+        error = body(rank);
+      } catch (const std::exception &e) {
+        error = e.what();
+      }
+      if (!error.empty())
+        std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
+      std::fflush(stderr);
+      _exit(error.empty() ? 0 : 1);
+    }
+    pids.push_back(pid);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  std::vector<int> status(n, -1);
+  int left = n;
+  while (left > 0 && std::chrono::steady_clock::now() < deadline) {
+    for (int rank = 0; rank < n; ++rank) {
+      if (status[rank] != -1)
+        continue;
+      int s = 0;
+      if (waitpid(pids[rank], &s, WNOHANG) == pids[rank]) {
+        status[rank] = s;
+        --left;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  auto result = ::testing::AssertionSuccess();
+  bool ok = true;
+  std::string why;
+  for (int rank = 0; rank < n; ++rank) {
+    if (status[rank] == -1) {
+      kill(pids[rank], SIGKILL);
+      waitpid(pids[rank], nullptr, 0);
+      ok = false;
+      why += " rank " + std::to_string(rank) + " timed out;";
+    } else if (!WIFEXITED(status[rank]) || WEXITSTATUS(status[rank]) != 0) {
+      ok = false;
+      why += " rank " + std::to_string(rank) + " failed (see its stderr);";
+    }
+  }
+  if (ok)
+    return result;
+  return ::testing::AssertionFailure() << why;
+}
+
+/// A fresh directory for a file store.
+std::string storeDir() {
+  char path[] = "/tmp/loadplan-transfer-XXXXXX";
+  if (!mkdtemp(path))
+    throw std::runtime_error("mkdtemp failed");
+  return path;
+}
+
+/// The status's message, freeing it; "" for success.
+std::string take(loadplan_status_t s) {
+  if (!s)
+    return "";
+  std::string m = std::string(loadplan_status_code_name(loadplan_status_code(s))) +
+                  ": " + loadplan_status_message(s);
+  loadplan_status_free(s);
+  return m;
+}
+
+CommPtr connect(int rank, int size, const std::string &dir, int64_t timeoutMs,
+                std::string &error) {
+  loadplan_gloo_options_t options;
+  loadplan_gloo_options_init(&options);
+  options.hostname = "127.0.0.1";
+  options.store_path = dir.c_str();
+  options.timeout_ms = timeoutMs;
+  loadplan_comm_t *comm = nullptr;
+  error = take(loadplan_comm_create_gloo(rank, size, &options, &comm));
+  return CommPtr(comm);
+}
+
+/// The full tensor of checkpoint tensor `t` in update `seed`.
+std::vector<uint8_t> fullTensor(const TensorDecl &t, uint64_t seed, size_t index) {
+  std::mt19937_64 rng(seed * 1000 + index);
+  std::vector<uint8_t> bytes(size_t(t.bytes()));
+  fillRandom(bytes, rng);
+  return bytes;
+}
+
+/// Box `box` of a full tensor, packed.
+std::vector<uint8_t> pack(const TensorDecl &t, const TestBox &box,
+                          const std::vector<uint8_t> &full) {
+  TestEntry e;
+  e.dtype = t.dtype;
+  e.shape = t.shape;
+  if (box.starts.empty())
+    return full;
+  return packBox(e, box, full);
+}
+
+/// How the senders hold the checkpoint.
+enum class Layout { Replica, RowShards, TpShards };
+
+/// One scenario: `senders` then `receivers` ranks of TP receivers (tpPlan).
+struct Topology {
+  int senders, receivers;
+  uint32_t engine;
+  Layout layout;
+  bool atomic = false;
+  uint64_t cap = 0;
+
+  std::vector<TestPlan> plans;
+  std::vector<PlanPtr> handles;
+  ScheduleDecl decl;
+
+  void build() {
+    for (int r = 0; r < receivers; ++r) {
+      plans.push_back(tpPlan(receivers, r));
+      handles.push_back(openPlan(plans.back()));
+    }
+    decl.engine = engine;
+    decl.world = senders + receivers;
+    decl.tensors = tensorsOf(plans[0]);
+    for (int s = 0; s < senders; ++s) {
+      SenderDecl x{s, cap, {}};
+      if (layout == Layout::Replica)
+        x.holdings = wholeOf(decl.tensors);
+      else if (layout == Layout::RowShards)
+        x.holdings = shardsOf(decl.tensors, senders, s);
+      else
+        x.holdings = tpShards(s);
+      decl.senders.push_back(x);
+    }
+    for (int r = 0; r < receivers; ++r)
+      decl.receivers.push_back({senders + r, cap, atomic, handles[r].get()});
+  }
+
+  /// A Megatron-style TP trainer: qkv rows, o columns, experts split,
+  /// the rest replicated.
+  std::vector<HoldingDecl> tpShards(int s) const {
+    std::vector<HoldingDecl> out;
+    for (uint32_t t = 0; t < decl.tensors.size(); ++t) {
+      const TensorDecl &td = decl.tensors[t];
+      if (td.name == "qkv" || td.name == "o") {
+        size_t dim = td.name == "o" ? 1 : 0;
+        TestBox box{{0, 0}, td.shape};
+        std::tie(box.starts[dim], box.stops[dim]) =
+            chunkOf(td.shape[dim], senders, s);
+        out.push_back({t, box});
+      } else if (td.name.rfind("expert.", 0) == 0) {
+        if (std::stoi(td.name.substr(7)) % senders == s)
+          out.push_back({t, {}});
+      } else {
+        out.push_back({t, {}});
+      }
+    }
+    return out;
+  }
+
+  uint64_t modelBytes() const {
+    uint64_t n = 0;
+    for (const TensorDecl &t : decl.tensors)
+      n += uint64_t(t.bytes());
+    return n;
+  }
+};
+
+/// What a rank does in one update and what it checks after it.
+struct RankRun {
+  Topology &sc;
+  int rank;
+  loadplan_transfer_t *transfer = nullptr;
+  // Receiver state.
+  std::unique_ptr<Memory> memory;
+  std::vector<uint8_t> fallback;
+  std::vector<loadplan_target_layout_t> layouts;
+
+  bool isSender() const { return rank < sc.senders; }
+  int receiver() const { return rank - sc.senders; }
+
+  /// Creates the engine; "" or the error.
+  std::string create(loadplan_comm_t *comm, loadplan_schedule_t *schedule,
+                     const loadplan_plan_t *planOverride = nullptr,
+                     int32_t failRound = -1) {
+    loadplan_receiver_args_t args{};
+    loadplan_fallback_buffer_t fb{};
+    if (!isSender()) {
+      const TestPlan &plan = sc.plans[receiver()];
+      memory = std::make_unique<Memory>(plan);
+      std::mt19937_64 rng(77 + rank);
+      for (auto &s : memory->storages)
+        fillRandom(s, rng);
+      layouts = memory->layouts();
+      fallback.assign(2, 0);
+      fb = {"scale", 5, fallback.data(), fallback.size()};
+      args.plan = const_cast<loadplan_plan_t *>(
+          planOverride ? planOverride : sc.handles[receiver()].get());
+      args.layouts = layouts.data();
+      args.num_layouts = layouts.size();
+      args.num_threads = 1;
+      args.fallbacks = &fb;
+      args.num_fallbacks = 1;
+    }
+    loadplan_transfer_options_t options;
+    loadplan_transfer_options_init(&options);
+    options.num_threads = 1;
+    options.debug_fail_round = failRound;
+    return take(loadplan_transfer_create(comm, schedule, isSender() ? nullptr : &args,
+                                         &options, &transfer));
+  }
+
+  /// Sends (a sender) or receives (a receiver) update `seed`; "" or the
+  /// error. `corrupt` passes a wrong shape.
+  std::string update(uint64_t seed, bool corrupt = false) {
+    std::vector<std::vector<uint8_t>> data;
+    std::vector<loadplan_held_tensor_t> held;
+    std::vector<std::vector<int64_t>> shapes;
+    if (isSender()) {
+      const SenderDecl &x = sc.decl.senders[rank];
+      for (const HoldingDecl &h : x.holdings) {
+        const TensorDecl &t = sc.decl.tensors[h.tensor];
+        data.push_back(pack(t, h.box, fullTensor(t, seed, h.tensor)));
+        shapes.push_back(h.box.starts.empty() ? t.shape : h.box.extents());
+      }
+      if (corrupt)
+        shapes[0][0] += 1;
+      for (size_t i = 0; i < x.holdings.size(); ++i) {
+        const TensorDecl &t = sc.decl.tensors[x.holdings[i].tensor];
+        held.push_back({t.name.data(), t.name.size(), data[i].data(), t.dtype,
+                        uint32_t(shapes[i].size()), shapes[i].data()});
+      }
+    }
+    return take(loadplan_transfer_update(transfer, held.data(), held.size(), nullptr));
+  }
+
+  /// Live memory now (none on a sender).
+  std::vector<std::vector<uint8_t>> snapshot() const {
+    return memory ? memory->storages : std::vector<std::vector<uint8_t>>{};
+  }
+
+  /// A receiver's memory, fallback and byte count after update `seed`
+  /// (`before` is its memory before); "" or what differs.
+  std::string check(uint64_t seed, const std::vector<std::vector<uint8_t>> &before) {
+    loadplan_transfer_stats_t stats{};
+    if (std::string e = take(loadplan_transfer_stats(transfer, &stats)); !e.empty())
+      return e;
+    if (isSender())
+      return stats.bytes_received ? "a sender received bytes" : "";
+    const TestPlan &plan = sc.plans[receiver()];
+    Update u;
+    for (size_t i = 0; i < sc.decl.tensors.size(); ++i)
+      u.tensors[sc.decl.tensors[i].name] = fullTensor(sc.decl.tensors[i], seed, i);
+    if (memory->storages != referenceAfter(plan, before, u))
+      return "live memory differs from the reference";
+    if (fallback != u.tensors["scale"])
+      return "the fallback buffer is not the whole tensor";
+    uint64_t expected = sc.engine == LOADPLAN_ENGINE_FULL
+                            ? sc.modelBytes()
+                            : neededBytes(sc.handles[receiver()].get());
+    if (stats.bytes_received != expected)
+      return concat("received ", stats.bytes_received, " bytes, expected ",
+                    expected);
+    if (stats.bytes_in_place + stats.bytes_staged != expected)
+      return "in place + staged is not what was received";
+    return "";
+  }
+
+  template <typename... Args> static std::string concat(const Args &...args) {
+    std::ostringstream os;
+    (os << ... << args);
+    return os.str();
+  }
+};
+
+/// Builds `t` on `rank`, connects it to the others and builds the
+/// schedule; "" or the error.
+std::string join(Topology &t, int rank, const std::string &dir,
+                 int64_t timeoutMs, CommPtr &comm, SchedulePtr &schedule) {
+  t.build();
+  std::string error;
+  comm = connect(rank, t.senders + t.receivers, dir, timeoutMs, error);
+  if (!comm)
+    return error;
+  schedule = t.decl.make();
+  return "";
+}
+
+/// Every rank: connect, build the schedule, create its engine, run two
+/// updates and check each.
+std::string runScenario(Topology &sc, int rank, const std::string &dir) {
+  CommPtr comm;
+  SchedulePtr schedule;
+  if (std::string e = join(sc, rank, dir, 30000, comm, schedule); !e.empty())
+    return e;
+  RankRun run{sc, rank};
+  if (std::string e = run.create(comm.get(), schedule.get()); !e.empty())
+    return e;
+  TransferPtr owner(run.transfer);
+  for (uint64_t seed : {1, 2}) {
+    std::vector<std::vector<uint8_t>> before = run.snapshot();
+    if (std::string e = run.update(seed); !e.empty())
+      return "update " + std::to_string(seed) + ": " + e;
+    if (std::string e = run.check(seed, before); !e.empty())
+      return "update " + std::to_string(seed) + ": " + e;
+  }
+  return "";
+}
+
+struct Case {
+  const char *name;
+  int senders, receivers;
+  uint32_t engine;
+  Layout layout;
+  bool atomic;
+  uint64_t cap;
+};
+
+void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
+
+class TransferGloo : public ::testing::TestWithParam<Case> {
+protected:
+  void SetUp() override {
+    int32_t gloo = 0;
+    ASSERT_TRUE(isOk(loadplan_backend_available(LOADPLAN_BACKEND_GLOO, &gloo)));
+    if (!gloo)
+      GTEST_SKIP() << "built without Gloo";
+  }
+};
+
+TEST_P(TransferGloo, ReceiversMatchTheReferenceAndMoveWhatTheyNeed) {
+  Case c = GetParam();
+  std::string dir = storeDir();
+  EXPECT_TRUE(runRanks(c.senders + c.receivers, [&](int rank) {
+    Topology sc{c.senders, c.receivers, c.engine, c.layout, c.atomic, c.cap};
+    return runScenario(sc, rank, dir);
+  }));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Engines, TransferGloo,
+    ::testing::Values(
+        Case{"FullOneToTwo", 1, 2, LOADPLAN_ENGINE_FULL, Layout::Replica, false, 0},
+        Case{"SlicedOneToTwo", 1, 2, LOADPLAN_ENGINE_SLICED, Layout::Replica, false, 0},
+        Case{"SlicedTpTwoToFour", 2, 4, LOADPLAN_ENGINE_SLICED, Layout::TpShards, false, 0},
+        Case{"MToNTpTwoToFour", 2, 4, LOADPLAN_ENGINE_M_TO_N, Layout::TpShards, false, 0},
+        Case{"MToNFsdpFourToTwo", 4, 2, LOADPLAN_ENGINE_M_TO_N, Layout::RowShards, false, 0},
+        Case{"FullFsdpFourToTwoSmallCap", 4, 2, LOADPLAN_ENGINE_FULL, Layout::RowShards, false, 64},
+        Case{"MToNAtomicSmallCap", 2, 2, LOADPLAN_ENGINE_M_TO_N, Layout::RowShards, true, 64}),
+    [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
+
+class TransferFailures : public TransferGloo {};
+
+/// Two senders (row shards) to two atomic receivers, in rounds (small cap).
+Topology failureScenario(bool atomic) {
+  return Topology{2, 2, LOADPLAN_ENGINE_M_TO_N, Layout::RowShards, atomic, 64};
+}
+
+TEST_F(TransferFailures, ARankFailingMidwayFailsEveryRankAndAtomicLeavesMemory) {
+  for (bool atomic : {true, false}) {
+    std::string dir = storeDir();
+    EXPECT_TRUE(runRanks(4, [&](int rank) -> std::string {
+      Topology sc = failureScenario(atomic);
+      CommPtr comm;
+      SchedulePtr schedule;
+      if (std::string e = join(sc, rank, dir, 30000, comm, schedule); !e.empty())
+        return e;
+      // Sender 1 fails at round 1 of the update.
+      RankRun run{sc, rank};
+      if (std::string e = run.create(comm.get(), schedule.get(), nullptr,
+                                     rank == 1 ? 1 : -1);
+          !e.empty())
+        return e;
+      TransferPtr owner(run.transfer);
+      std::vector<std::vector<uint8_t>> before = run.snapshot();
+      std::string e = run.update(1);
+      if (e.find("rank 1 (sender 1): debug_fail_round: this rank failed on "
+                 "purpose at round 1") == std::string::npos)
+        return "expected the failure of rank 1, got: " + e;
+      if (atomic && run.memory && run.memory->storages != before)
+        return "an atomic receiver changed live memory";
+      return "";
+    }));
+  }
+}
+
+TEST_F(TransferFailures, BadInputsAndPlansFailEveryRankAndMoveNothing) {
+  std::string dir = storeDir();
+  EXPECT_TRUE(runRanks(3, [&](int rank) -> std::string {
+    Topology sc{1, 2, LOADPLAN_ENGINE_SLICED, Layout::Replica, false, 0};
+    CommPtr comm;
+    SchedulePtr schedule;
+    if (std::string e = join(sc, rank, dir, 30000, comm, schedule); !e.empty())
+      return e;
+    // Receiver 1 brings receiver 0's plan: every rank refuses the engine.
+    RankRun wrong{sc, rank};
+    std::string e = wrong.create(comm.get(), schedule.get(),
+                                 rank == 2 ? sc.handles[0].get() : nullptr);
+    if (e.find("rank 2 (receiver 1): receiver 1: the plan (fingerprint") ==
+        std::string::npos)
+      return "expected a plan mismatch on rank 2, got: " + e;
+    RankRun run{sc, rank};
+    if (std::string e2 = run.create(comm.get(), schedule.get()); !e2.empty())
+      return e2;
+    TransferPtr owner(run.transfer);
+    std::vector<std::vector<uint8_t>> before = run.snapshot();
+    e = run.update(1, /*corrupt=*/true);
+    if (e.find("rank 0 (sender 0): held tensor 0 ('qkv') is bfloat16 [17, 8]") ==
+        std::string::npos)
+      return "expected the sender's bad input, got: " + e;
+    if (run.memory && run.memory->storages != before)
+      return "a refused update changed live memory";
+    // The communicator still works.
+    if (std::string e2 = run.update(3); !e2.empty())
+      return "after a refused update: " + e2;
+    return run.check(3, before);
+  }));
+}
+
+TEST_F(TransferFailures, ADeadRankFailsTheOthersWithinTheTimeout) {
+  std::string dir = storeDir();
+  EXPECT_TRUE(runRanks(3, [&](int rank) -> std::string {
+    Topology sc{1, 2, LOADPLAN_ENGINE_SLICED, Layout::Replica, true, 0};
+    CommPtr comm;
+    SchedulePtr schedule;
+    if (std::string e = join(sc, rank, dir, 2000, comm, schedule); !e.empty())
+      return e;
+    RankRun run{sc, rank};
+    if (std::string e = run.create(comm.get(), schedule.get()); !e.empty())
+      return e;
+    if (rank == 2)
+      _exit(0); // dies without a word
+    TransferPtr owner(run.transfer);
+    std::vector<std::vector<uint8_t>> before = run.snapshot();
+    std::string e = run.update(1);
+    if (e.find("io_error") != 0)
+      return "expected an I/O error, got: " + e;
+    if (run.memory && run.memory->storages != before)
+      return "an atomic receiver changed live memory";
+    loadplan_comm_info_t info;
+    if (std::string e2 = take(loadplan_comm_info(comm.get(), &info)); !e2.empty())
+      return e2;
+    return info.failed ? "" : "the communicator is not marked failed";
+  }, 40));
+}
+
+TEST(TransferApi, RefusesBadArguments) {
+  loadplan_comm_t *comm = nullptr;
+  loadplan_gloo_options_t options;
+  loadplan_gloo_options_init(&options);
+  EXPECT_TRUE(isError(loadplan_comm_create_gloo(0, 2, &options, &comm),
+                      LOADPLAN_STATUS_INVALID_ARGUMENT,
+                      "needs a store_path or a store"));
+  options.store_path = "/tmp";
+  EXPECT_TRUE(isError(loadplan_comm_create_gloo(2, 2, &options, &comm),
+                      LOADPLAN_STATUS_INVALID_ARGUMENT, "rank 2 of 2"));
+  EXPECT_TRUE(isError(loadplan_comm_create_gloo(0, 1, nullptr, &comm),
+                      LOADPLAN_STATUS_INVALID_ARGUMENT, "options is NULL"));
+  uint8_t id[128];
+  int32_t nccl = 0;
+  ASSERT_TRUE(isOk(loadplan_backend_available(LOADPLAN_BACKEND_NCCL, &nccl)));
+  if (!nccl)
+    EXPECT_TRUE(isError(loadplan_nccl_unique_id(id), LOADPLAN_STATUS_UNAVAILABLE, ""));
+  EXPECT_TRUE(isError(loadplan_backend_available(7, &nccl),
+                      LOADPLAN_STATUS_INVALID_ARGUMENT, "unknown backend 7"));
+  loadplan_transfer_t *transfer = nullptr;
+  EXPECT_TRUE(isError(loadplan_transfer_create(nullptr, nullptr, nullptr, nullptr,
+                                               &transfer),
+                      LOADPLAN_STATUS_INVALID_ARGUMENT, "comm is NULL"));
+  EXPECT_TRUE(isError(loadplan_transfer_update(nullptr, nullptr, 0, nullptr),
+                      LOADPLAN_STATUS_INVALID_ARGUMENT, "transfer is NULL"));
+}
+
+TEST(TransferApi, OneRankCopiesItsOwnPieces) {
+  int32_t gloo = 0;
+  ASSERT_TRUE(isOk(loadplan_backend_available(LOADPLAN_BACKEND_GLOO, &gloo)));
+  if (!gloo)
+    GTEST_SKIP() << "built without Gloo";
+  // Rank 0 is sender and receiver: no transport ops, local copies.
+  Topology sc{1, 1, LOADPLAN_ENGINE_M_TO_N, Layout::RowShards, false, 0};
+  sc.build();
+  sc.decl.receivers[0].rank = 0;
+  sc.decl.world = 1;
+  std::string dir = storeDir(), error;
+  CommPtr comm = connect(0, 1, dir, 5000, error);
+  ASSERT_TRUE(comm) << error;
+  SchedulePtr schedule = sc.decl.make();
+  // RankRun decides its role by rank; drive both roles by hand.
+  TestPlan &plan = sc.plans[0];
+  Memory memory(plan);
+  std::vector<loadplan_target_layout_t> layouts = memory.layouts();
+  std::vector<uint8_t> fallback(2);
+  loadplan_fallback_buffer_t fb{"scale", 5, fallback.data(), 2};
+  loadplan_receiver_args_t args{sc.handles[0].get(), layouts.data(),
+                                layouts.size(), 1, &fb, 1};
+  loadplan_transfer_t *raw = nullptr;
+  ASSERT_TRUE(isOk(loadplan_transfer_create(comm.get(), schedule.get(), &args,
+                                            nullptr, &raw)));
+  TransferPtr transfer(raw);
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<loadplan_held_tensor_t> held;
+  Update u;
+  for (size_t i = 0; i < sc.decl.tensors.size(); ++i) {
+    const TensorDecl &t = sc.decl.tensors[i];
+    data.push_back(fullTensor(t, 5, i));
+    u.tensors[t.name] = data.back();
+  }
+  for (size_t i = 0; i < sc.decl.tensors.size(); ++i) {
+    const TensorDecl &t = sc.decl.tensors[i];
+    held.push_back({t.name.data(), t.name.size(), data[i].data(), t.dtype,
+                    uint32_t(t.shape.size()), t.shape.data()});
+  }
+  auto before = memory.storages;
+  ASSERT_TRUE(isOk(loadplan_transfer_update(transfer.get(), held.data(),
+                                            held.size(), nullptr)));
+  EXPECT_EQ(memory.storages, referenceAfter(plan, before, u));
+  EXPECT_EQ(fallback, u.tensors["scale"]);
+  loadplan_transfer_stats_t stats;
+  ASSERT_TRUE(isOk(loadplan_transfer_stats(transfer.get(), &stats)));
+  EXPECT_EQ(stats.bytes_sent + stats.bytes_received, 0u);
+  EXPECT_EQ(stats.bytes_local, neededBytes(sc.handles[0].get()));
+  // A held tensor missing: refused before anything moves.
+  held.pop_back();
+  EXPECT_TRUE(isError(loadplan_transfer_update(transfer.get(), held.data(),
+                                               held.size(), nullptr),
+                      LOADPLAN_STATUS_INVALID_UPDATE,
+                      "rank 0 (sender 0, receiver 0): the update lacks 'expert.3'"));
+}
+
+} // namespace

@@ -1,0 +1,208 @@
+//===- TransferTestUtil.h - Schedules and layouts for transfer tests -*- C++ -*-===//
+//
+// Declarations of checkpoint tensors, sender holdings and receiver plans
+// that turn into a loadplan_schedule_spec_t, handles that free themselves,
+// and the shardings the tests use (row shards, column shards, replicas).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LOADPLAN_RUNTIME_TESTS_TRANSFERTESTUTIL_H
+#define LOADPLAN_RUNTIME_TESTS_TRANSFERTESTUTIL_H
+
+#include "TestUtil.h"
+#include "loadplan/transfer.h"
+
+namespace loadplan::testing {
+
+struct ScheduleDeleter {
+  void operator()(loadplan_schedule_t *s) const { loadplan_schedule_release(s); }
+};
+struct CommDeleter {
+  void operator()(loadplan_comm_t *c) const { loadplan_comm_release(c); }
+};
+struct TransferDeleter {
+  void operator()(loadplan_transfer_t *t) const { loadplan_transfer_release(t); }
+};
+using SchedulePtr = std::unique_ptr<loadplan_schedule_t, ScheduleDeleter>;
+using CommPtr = std::unique_ptr<loadplan_comm_t, CommDeleter>;
+using TransferPtr = std::unique_ptr<loadplan_transfer_t, TransferDeleter>;
+
+struct TensorDecl {
+  std::string name;
+  uint32_t dtype = LOADPLAN_DTYPE_BFLOAT16;
+  std::vector<int64_t> shape;
+  int64_t bytes() const {
+    return product(shape) * int64_t(loadplan_dtype_size(dtype));
+  }
+};
+
+/// A box a sender holds; empty starts/stops: the whole tensor.
+struct HoldingDecl {
+  uint32_t tensor = 0;
+  TestBox box;
+};
+
+struct SenderDecl {
+  int32_t rank = 0;
+  uint64_t cap = 0;
+  std::vector<HoldingDecl> holdings;
+};
+
+struct ReceiverDecl {
+  int32_t rank = 0;
+  uint64_t cap = 0;
+  bool atomic = false;
+  const loadplan_plan_t *plan = nullptr;
+};
+
+struct ScheduleDecl {
+  uint32_t engine = LOADPLAN_ENGINE_M_TO_N;
+  int32_t world = 1;
+  std::vector<TensorDecl> tensors;
+  std::vector<SenderDecl> senders;
+  std::vector<ReceiverDecl> receivers;
+
+  loadplan_status_t build(loadplan_schedule_t **out) const {
+    std::vector<loadplan_checkpoint_tensor_t> ts;
+    for (const TensorDecl &t : tensors)
+      ts.push_back({t.name.data(), t.name.size(), t.dtype,
+                    uint32_t(t.shape.size()), t.shape.data()});
+    std::vector<std::vector<loadplan_holding_t>> holdings(senders.size());
+    std::vector<loadplan_sender_spec_t> ss;
+    for (size_t i = 0; i < senders.size(); ++i) {
+      for (const HoldingDecl &h : senders[i].holdings)
+        holdings[i].push_back(
+            {h.tensor, h.box.starts.empty() ? nullptr : h.box.starts.data(),
+             h.box.stops.empty() ? nullptr : h.box.stops.data()});
+      ss.push_back({senders[i].rank, senders[i].cap, holdings[i].data(),
+                    holdings[i].size()});
+    }
+    std::vector<loadplan_receiver_spec_t> rs;
+    for (const ReceiverDecl &r : receivers)
+      rs.push_back({r.rank, r.cap, r.atomic, r.plan});
+    loadplan_schedule_spec_t spec{engine,    world,     ts.data(), ts.size(),
+                                  ss.data(), ss.size(), rs.data(), rs.size()};
+    return loadplan_schedule_build(&spec, out);
+  }
+
+  SchedulePtr make() const {
+    loadplan_schedule_t *raw = nullptr;
+    EXPECT_TRUE(isOk(build(&raw)));
+    return SchedulePtr(raw);
+  }
+};
+
+/// The checkpoint tensors of a plan's entries (all kinds).
+inline std::vector<TensorDecl> tensorsOf(const TestPlan &plan) {
+  std::vector<TensorDecl> out;
+  for (const TestEntry &e : plan.entries)
+    out.push_back({e.name, e.dtype, e.shape});
+  return out;
+}
+
+/// Rows [start, stop) of part `index` of `count` along `dim`, as
+/// torch.chunk cuts: ceil(n / count) per part, the last ones short or
+/// empty.
+inline std::pair<int64_t, int64_t> chunkOf(int64_t n, int64_t count,
+                                           int64_t index) {
+  int64_t size = (n + count - 1) / count;
+  return {std::min(n, index * size), std::min(n, (index + 1) * size)};
+}
+
+/// What sender `index` of `count` holds when every tensor is cut along
+/// `dim` (tensors of lower rank, or too short to cut, are replicated).
+inline std::vector<HoldingDecl> shardsOf(const std::vector<TensorDecl> &tensors,
+                                         int64_t count, int64_t index,
+                                         size_t dim = 0) {
+  std::vector<HoldingDecl> out;
+  for (uint32_t t = 0; t < tensors.size(); ++t) {
+    const std::vector<int64_t> &shape = tensors[t].shape;
+    if (shape.size() <= dim || shape[dim] < count) {
+      out.push_back({t, {}});
+      continue;
+    }
+    auto [a, b] = chunkOf(shape[dim], count, index);
+    if (a == b)
+      continue;
+    TestBox box{std::vector<int64_t>(shape.size(), 0), shape};
+    box.starts[dim] = a;
+    box.stops[dim] = b;
+    out.push_back({t, box});
+  }
+  return out;
+}
+
+/// Every tensor whole (a full replica).
+inline std::vector<HoldingDecl> wholeOf(const std::vector<TensorDecl> &tensors) {
+  std::vector<HoldingDecl> out;
+  for (uint32_t t = 0; t < tensors.size(); ++t)
+    out.push_back({t, {}});
+  return out;
+}
+
+inline loadplan_schedule_summary_t summaryOf(const loadplan_schedule_t *s) {
+  loadplan_schedule_summary_t out{};
+  EXPECT_TRUE(isOk(loadplan_schedule_summary(s, &out)));
+  return out;
+}
+
+inline std::vector<uint8_t> bytesOf(const loadplan_schedule_t *s) {
+  const void *data = nullptr;
+  size_t size = 0;
+  EXPECT_TRUE(isOk(loadplan_schedule_bytes(s, &data, &size)));
+  auto *p = static_cast<const uint8_t *>(data);
+  return std::vector<uint8_t>(p, p + size);
+}
+
+/// What a plan needs, as its summary counts it: direct boxes and fallbacks.
+inline uint64_t neededBytes(const loadplan_plan_t *plan) {
+  loadplan_plan_summary_t s{};
+  EXPECT_TRUE(isOk(loadplan_plan_summary(plan, &s)));
+  return s.direct_bytes + s.fallback_bytes;
+}
+
+/// Receivers of a TP=`tp` Llama-like layer: for rank r, a column-parallel
+/// weight "qkv" [16, 8] (rows), a row-parallel "o" [8, 16] (columns), a
+/// replicated "norm" [8] going to two places, a fallback "scale" [1] and
+/// "expert.<e>" [4, 4] whole on the rank that owns expert e (unneeded on
+/// the others).
+inline TestPlan tpPlan(int64_t tp, int64_t r, int64_t experts = 4) {
+  constexpr uint32_t bf16 = LOADPLAN_DTYPE_BFLOAT16;
+  TestPlan p;
+  int64_t rows = 16 / tp, cols = 16 / tp;
+  int64_t mine = experts / tp;
+  p.storages = {uint64_t(rows * 8 * 2), uint64_t(8 * cols * 2), 2 * 8 * 2,
+                uint64_t(mine * 16 * 2)};
+  uint32_t qkv = p.addTarget({"attn.qkv", "weight", 0, 0, bf16, {rows, 8}, {8, 1}});
+  uint32_t o = p.addTarget({"attn.o", "weight", 1, 0, bf16, {8, cols}, {cols, 1}});
+  uint32_t n0 = p.addTarget({"norm", "weight", 2, 0, bf16, {8}, {1}});
+  uint32_t n1 = p.addTarget({"norm2", "weight", 2, 16, bf16, {8}, {1}});
+  uint32_t w = p.addTarget({"experts", "w", 3, 0, bf16, {mine, 4, 4}, {16, 4, 1}});
+  p.entries.push_back({"qkv", LOADPLAN_KIND_DIRECT, bf16, {16, 8}, std::nullopt,
+                       {{{r * rows, 0}, {(r + 1) * rows, 8}}},
+                       {{qkv, 0, 0, {rows, 8}, {8, 1}}}});
+  p.entries.push_back({"o", LOADPLAN_KIND_DIRECT, bf16, {8, 16}, std::nullopt,
+                       {{{0, r * cols}, {8, (r + 1) * cols}}},
+                       {{o, 0, 0, {8, cols}, {cols, 1}}}});
+  p.entries.push_back({"norm", LOADPLAN_KIND_DIRECT, bf16, {8}, std::nullopt,
+                       {{{0}, {8}}},
+                       {{n0, 0, 0, {8}, {1}}, {n1, 0, 0, {8}, {1}}}});
+  p.entries.push_back({"scale", LOADPLAN_KIND_FALLBACK, bf16, {1},
+                       std::string("reads a value"), {{{0}, {1}}}, {}});
+  for (int64_t e = 0; e < experts; ++e) {
+    std::string name = "expert." + std::to_string(e);
+    if (e / mine != r) {
+      p.entries.push_back({name, LOADPLAN_KIND_UNNEEDED, bf16, {4, 4},
+                           std::nullopt, {}, {}});
+      continue;
+    }
+    p.entries.push_back({name, LOADPLAN_KIND_DIRECT, bf16, {4, 4}, std::nullopt,
+                         {{{0, 0}, {4, 4}}},
+                         {{w, 0, (e % mine) * 16, {4, 4}, {4, 1}}}});
+  }
+  return p;
+}
+
+} // namespace loadplan::testing
+
+#endif // LOADPLAN_RUNTIME_TESTS_TRANSFERTESTUTIL_H
