@@ -20,6 +20,7 @@ from .api import (
     plan_loads,
 )
 from .capture import capture
+from .export import export_loader
 from .verification import Mismatch, VerifyResult, random_weights, verify
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "capture",
     "check_plannable",
     "compile_ir",
+    "export_loader",
     "load_planned",
     "plan_loads",
     "random_weights",
