@@ -1,0 +1,75 @@
+//===- TorchExport.cpp - Import torch.export loaders -------------*- C++ -*-===//
+//
+// The MLIR side of the torch.export importer: the LibTorch side
+// (TorchExportReader.cpp) writes the loader as loadplan IR text, which is
+// parsed and verified here like any other input of the compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#include "loadplan/Import/TorchExport.h"
+
+#include "TorchExportReader.h"
+
+#include "loadplan/Dialect/LoadPlan/IR/LoadPlanDialect.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Tools/mlir-translate/Translation.h"
+
+#include "llvm/Support/SourceMgr.h"
+
+using namespace mlir;
+using namespace mlir::loadplan;
+
+OwningOpRef<ModuleOp> mlir::loadplan::importTorchExport(llvm::StringRef bytes,
+                                                        Location loc,
+                                                        MLIRContext *context) {
+  context->getOrLoadDialect<LoadPlanDialect>();
+  std::string sourceName = "<torch.export archive>";
+  if (auto fileLoc = dyn_cast<FileLineColLoc>(loc))
+    sourceName = fileLoc.getFilename().str();
+  torch_export::ReadResult result = torch_export::readTorchExport(
+          std::string_view(bytes.data(), bytes.size()), sourceName);
+  if (!result.ok) {
+    emitError(loc) << "cannot import torch.export program: " << result.error;
+    return nullptr;
+  }
+  // The text is ours; an error in it is the importer's, reported as such.
+  std::string parseError;
+  OwningOpRef<ModuleOp> module;
+  {
+    ScopedDiagnosticHandler handler(context, [&](Diagnostic &diag) {
+      if (diag.getSeverity() == DiagnosticSeverity::Error && parseError.empty())
+        parseError = diag.str();
+      return success();
+    });
+    module = parseSourceString<ModuleOp>(result.ir, ParserConfig(context),
+                                         "imported");
+    if (module && failed(verify(*module)))
+      module = nullptr;
+  }
+  if (!module) {
+    emitError(loc) << "cannot import torch.export program: the imported IR "
+                      "is invalid (an importer bug): "
+                   << parseError;
+    return nullptr;
+  }
+  return module;
+}
+
+void mlir::loadplan::registerImportTorchExport() {
+  TranslateToMLIRRegistration registration(
+      "import-torch-export",
+      "Import a loader exported with torch.export (.pt2) as loadplan IR",
+      [](llvm::SourceMgr &sourceMgr,
+         MLIRContext *context) -> OwningOpRef<Operation *> {
+        const llvm::MemoryBuffer *buffer =
+            sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID());
+        Location loc =
+            FileLineColLoc::get(context, buffer->getBufferIdentifier(), 0, 0);
+        return importTorchExport(buffer->getBuffer(), loc, context);
+      },
+      [](DialectRegistry &registry) { registry.insert<LoadPlanDialect>(); });
+}
