@@ -1,5 +1,5 @@
-// Views whose int64_t offsets or strides would wrap around (found by
-// fuzz/ir_fuzzer.cpp under UBSan): the name falls back with a reason, and
+// Views whose int64_t offsets or strides would wrap around (UBSan reports
+// in the build scripts/fuzz makes): the name falls back with a reason, and
 // no wrapped-around layout reaches the plan.
 
 // RUN: loadplan-opt %s --loadplan-pipeline -split-input-file 2>/dev/null | FileCheck %s

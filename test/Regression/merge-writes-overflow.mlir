@@ -1,5 +1,5 @@
-// Writes whose merged stride arithmetic would wrap around int64_t (found by
-// fuzzing under UBSan) stay separate.
+// Writes whose merged stride arithmetic would wrap around int64_t (a UBSan
+// report in the build scripts/fuzz makes) stay separate.
 
 // RUN: loadplan-opt %s --loadplan-merge-writes | FileCheck %s
 

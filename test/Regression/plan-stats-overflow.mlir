@@ -1,6 +1,6 @@
 // A checkpoint tensor of 2^62 bf16 elements has 2^63 bytes: the plan's byte
-// counts saturate at INT64_MAX instead of wrapping (found by fuzzing under
-// UBSan).
+// counts saturate at INT64_MAX instead of wrapping (a UBSan report in the
+// build scripts/fuzz makes).
 
 // RUN: loadplan-opt %s --loadplan-pipeline="json=-" -o /dev/null | FileCheck %s
 

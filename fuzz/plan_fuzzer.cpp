@@ -1,0 +1,277 @@
+//===- plan_fuzzer.cpp - Fuzz the runtime from plan file bytes ------------===//
+//
+// libFuzzer target (b): arbitrary bytes as a plan file, through
+// loadplan_plan_open_bytes, every query, loadplan_bind to scratch storages
+// laid out as the plan says, and both update forms. Bad bytes must end in a
+// status with a message; a crash, a leak, a sanitizer report (a write outside
+// the scratch storages among them) or a refused update that wrote anything
+// is a bug.
+//
+// Mutations rarely keep a header's checksum and fingerprint right, so the
+// target sets both (and the payload size) before opening: most inputs then
+// reach the payload checks, binding and apply. The runtime's own tests cover
+// the header checks.
+//
+//===----------------------------------------------------------------------===//
+
+#include "loadplan/plan_format.h"
+#include "loadplan/runtime.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+/// Scratch memory the target binds to, at most this much in all, so that a
+/// plan that declares huge storages is opened but not bound.
+constexpr uint64_t kMaxScratchBytes = 1 << 20;
+
+/// Frees `status`; true when it was success. An error must say what was
+/// wrong.
+bool ok(loadplan_status_t status) {
+  if (!status)
+    return true;
+  const char *message = loadplan_status_message(status);
+  if (!message || !*message)
+    __builtin_trap();
+  loadplan_status_free(status);
+  return false;
+}
+
+void putU64(std::string &bytes, size_t at, uint64_t value) {
+  for (int i = 0; i < 8; ++i)
+    bytes[at + i] = static_cast<char>(value >> (8 * i));
+}
+
+/// Header fields, as plan_format.h lays them out.
+constexpr size_t kFingerprintAt = 16, kPayloadSizeAt = 24, kChecksumAt = 32;
+
+/// Reads the payload as far as its targets go.
+class Reader {
+public:
+  Reader(const std::string &bytes, size_t at) : bytes(bytes), at(at) {}
+  bool u32(uint32_t &v) { return get(v); }
+  bool u64(uint64_t &v) { return get(v); }
+  bool str(const char *&data, size_t &size) {
+    uint32_t n;
+    if (!u32(n) || bytes.size() - at < n)
+      return false;
+    data = bytes.data() + at;
+    size = n;
+    at += n;
+    return true;
+  }
+  bool skip(uint64_t n) {
+    if (bytes.size() - at < n)
+      return false;
+    at += n;
+    return true;
+  }
+
+private:
+  template <typename T> bool get(T &v) {
+    if (bytes.size() - at < sizeof(T))
+      return false;
+    v = 0;
+    for (size_t i = 0; i < sizeof(T); ++i)
+      v |= T(static_cast<uint8_t>(bytes[at + i])) << (8 * i);
+    at += sizeof(T);
+    return true;
+  }
+  const std::string &bytes;
+  size_t at;
+};
+
+/// Sets the header's fingerprint to that of the targets in the payload,
+/// when they can be read, then its payload size and checksum.
+void fixHeader(std::string &bytes) {
+  Reader r(bytes, LOADPLAN_PLAN_HEADER_SIZE);
+  uint32_t numStorages, numTargets;
+  bool readable =
+      r.u32(numStorages) && r.skip(8ull * numStorages) && r.u32(numTargets);
+  uint64_t hash = LOADPLAN_FNV1A64_INIT;
+  for (uint32_t i = 0; readable && i < numTargets; ++i) {
+    const char *module, *tensor;
+    size_t moduleSize, tensorSize;
+    uint32_t storage, dtype, rank = 0;
+    uint64_t byteOffset;
+    readable = r.str(module, moduleSize) && r.str(tensor, tensorSize) &&
+               r.u32(storage) && r.u64(byteOffset) && r.u32(dtype) &&
+               r.u32(rank) && rank <= 64;
+    std::vector<int64_t> dims(readable ? 2 * size_t(rank) : 0);
+    for (int64_t &d : dims) {
+      uint64_t v = 0;
+      readable = readable && r.u64(v);
+      d = static_cast<int64_t>(v);
+    }
+    if (readable)
+      hash = loadplan_fingerprint_target(hash, module, moduleSize, tensor,
+                                         tensorSize, storage, byteOffset, dtype,
+                                         rank, dims.data(), dims.data() + rank);
+  }
+  if (readable)
+    putU64(bytes, kFingerprintAt, hash);
+  size_t header = LOADPLAN_PLAN_HEADER_SIZE;
+  putU64(bytes, kPayloadSizeAt, bytes.size() - header);
+  putU64(bytes, kChecksumAt,
+         loadplan_fnv1a64(LOADPLAN_FNV1A64_INIT, bytes.data() + header,
+                          bytes.size() - header));
+}
+
+/// Asks the plan everything it answers, in and out of range.
+void queryAll(const loadplan_plan_t *plan,
+              const loadplan_plan_summary_t &summary) {
+  uint64_t size;
+  for (uint32_t i = 0; i <= summary.num_storages; ++i)
+    ok(loadplan_plan_storage(plan, i, &size));
+  loadplan_target_info_t target;
+  ok(loadplan_plan_target(plan, summary.num_targets, &target));
+  for (uint32_t e = 0; e <= summary.num_entries; ++e) {
+    loadplan_entry_info_t entry;
+    if (!ok(loadplan_plan_entry(plan, e, &entry)))
+      continue;
+    uint32_t index;
+    if (!ok(loadplan_plan_find_entry(plan, entry.name, entry.name_size,
+                                     &index)))
+      __builtin_trap(); // every entry can be found by its name
+    for (uint32_t w = 0; w <= entry.num_writes; ++w) {
+      loadplan_write_info_t write;
+      ok(loadplan_plan_write(plan, e, w, &write));
+    }
+  }
+  for (uint32_t kind = 0; kind <= LOADPLAN_KIND_UNNEEDED + 1; ++kind) {
+    const uint32_t *indices;
+    size_t count;
+    ok(loadplan_plan_entries_of_kind(plan, kind, &indices, &count));
+  }
+}
+
+/// Binds the plan to scratch storages and applies every direct name, as
+/// full tensors and as boxes, then a batch the runtime must refuse.
+void bindAndApply(loadplan_plan_t *plan,
+                  const loadplan_plan_summary_t &summary) {
+  std::vector<std::vector<uint8_t>> storages(summary.num_storages);
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < summary.num_storages; ++i) {
+    uint64_t size;
+    if (!ok(loadplan_plan_storage(plan, i, &size)))
+      __builtin_trap();
+    total += size;
+    if (size > kMaxScratchBytes || total > kMaxScratchBytes)
+      return;
+    storages[i].assign(size + 1, 0); // + 1: a valid pointer when empty
+  }
+  std::vector<loadplan_target_layout_t> layouts(summary.num_targets);
+  for (uint32_t i = 0; i < summary.num_targets; ++i) {
+    loadplan_target_info_t t;
+    if (!ok(loadplan_plan_target(plan, i, &t)) ||
+        t.storage >= summary.num_storages)
+      __builtin_trap(); // the reader checked these
+    if (t.byte_offset >= storages[t.storage].size())
+      return; // (the reader checks targets with elements)
+    layouts[i] = {storages[t.storage].data() + t.byte_offset,
+                  t.byte_offset,
+                  storages[t.storage].size() - 1,
+                  t.dtype,
+                  t.rank,
+                  t.shape,
+                  t.stride};
+  }
+  if (!ok(loadplan_plan_check_layout(plan, layouts.data(), layouts.size())))
+    __builtin_trap(); // the plan's own layout, with its own fingerprint
+  loadplan_bind_options_t options;
+  loadplan_bind_options_init(&options);
+  options.num_threads = 1;
+  loadplan_binding_t *binding = nullptr;
+  if (!ok(loadplan_bind(plan, layouts.data(), layouts.size(), &options,
+                        &binding)))
+    return;
+
+  // Sources: full tensors and packed boxes of every direct name.
+  std::vector<std::vector<uint8_t>> buffers;
+  std::vector<loadplan_tensor_t> tensors;
+  std::vector<std::vector<int64_t>> starts, stops;
+  std::vector<loadplan_box_t> boxes;
+  uint64_t sourceBytes = 0;
+  auto buffer = [&](uint64_t elements, uint32_t dtype) -> const void * {
+    uint64_t bytes = elements * loadplan_dtype_size(dtype);
+    sourceBytes += bytes;
+    buffers.emplace_back(bytes + 1, static_cast<uint8_t>(buffers.size() + 1));
+    return buffers.back().data();
+  };
+  const uint32_t *direct;
+  size_t numDirect;
+  if (!ok(loadplan_plan_entries_of_kind(plan, LOADPLAN_KIND_DIRECT, &direct,
+                                        &numDirect)))
+    __builtin_trap();
+  for (size_t i = 0; i < numDirect && sourceBytes <= kMaxScratchBytes; ++i) {
+    loadplan_entry_info_t e;
+    if (!ok(loadplan_plan_entry(plan, direct[i], &e)))
+      __builtin_trap();
+    uint64_t numel = 1;
+    for (uint32_t k = 0; k < e.rank; ++k)
+      numel = __builtin_mul_overflow(numel, uint64_t(e.shape[k]), &numel)
+                  ? UINT64_MAX
+                  : numel;
+    if (numel > kMaxScratchBytes || e.num_boxes > 64)
+      continue;
+    tensors.push_back({e.name, e.name_size, buffer(numel, e.dtype), e.dtype,
+                       e.rank, e.shape});
+    for (uint32_t b = 0; b < e.num_boxes; ++b) {
+      std::vector<int64_t> lo(e.rank), hi(e.rank);
+      uint64_t elements = 1;
+      for (uint32_t k = 0; k < e.rank; ++k) {
+        lo[k] = e.boxes[2 * (size_t(b) * e.rank + k)];
+        hi[k] = e.boxes[2 * (size_t(b) * e.rank + k) + 1];
+        elements *= uint64_t(hi[k] - lo[k]); // within the tensor: no overflow
+      }
+      starts.push_back(std::move(lo));
+      stops.push_back(std::move(hi));
+      boxes.push_back({e.name, e.name_size, buffer(elements, e.dtype), e.dtype,
+                       e.rank, starts.back().data(), stops.back().data()});
+    }
+  }
+  // All or nothing: a refused batch leaves every byte as it was.
+  auto apply = [&](auto call) {
+    std::vector<std::vector<uint8_t>> before = storages;
+    bool applied = ok(call());
+    if (!applied && storages != before)
+      __builtin_trap();
+    return applied;
+  };
+  apply([&] {
+    return loadplan_apply_tensors(binding, tensors.data(), tensors.size(),
+                                  nullptr);
+  });
+  apply([&] {
+    return loadplan_apply_boxes(binding, boxes.data(), boxes.size(), nullptr);
+  });
+  // A name sent twice is refused.
+  if (!tensors.empty() && apply([&] {
+        loadplan_tensor_t twice[] = {tensors.back(), tensors.back()};
+        return loadplan_apply_tensors(binding, twice, 2, nullptr);
+      }))
+    __builtin_trap();
+  loadplan_binding_release(binding);
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  std::string bytes(reinterpret_cast<const char *>(data), size);
+  if (bytes.size() >= LOADPLAN_PLAN_HEADER_SIZE)
+    fixHeader(bytes);
+  loadplan_plan_t *plan = nullptr;
+  if (!ok(loadplan_plan_open_bytes(bytes.data(), bytes.size(), &plan)))
+    return 0;
+  loadplan_plan_summary_t summary;
+  if (!ok(loadplan_plan_summary(plan, &summary)))
+    __builtin_trap();
+  queryAll(plan, summary);
+  bindAndApply(plan, summary);
+  loadplan_plan_release(plan);
+  return 0;
+}
