@@ -8,6 +8,10 @@
     ``loadplan.ParamMeta`` in the order the trainer sends them. The bundled
     examples (``loadplan.examples.llama`` ...) follow this convention.
 
+``loadplan plan --from-export FILE.pt2 [--json F] [--plan F] [--ir F]``
+    Plans a loader exported with ``loadplan.export_loader`` (a torch.export
+    archive), through ``loadplan-translate`` and the same pipeline.
+
 ``loadplan demo``
     Plans the bundled Llama-style model at TP=2 for both ranks, prints each
     report, verifies each plan byte for byte against ``load_weights``, and
@@ -56,7 +60,29 @@ def _factory(spec: str) -> Callable[..., Any]:
     return factory
 
 
+def _plan_export(args: argparse.Namespace) -> int:
+    """``loadplan plan --from-export FILE.pt2``: the plan of an exported
+    loader (docs/torch-export.md), through loadplan-translate and the same
+    pipeline; no model is needed."""
+    from .export import compile_export
+
+    out = compile_export(args.from_export, print_ir=bool(args.ir))
+    print(out["report"], end="")
+    if args.json:
+        Path(args.json).write_text(out["json"])
+        print(f"plan (JSON): {args.json}")
+    if args.plan:
+        Path(args.plan).write_bytes(out["plan"])
+        print(f"plan: {args.plan}")
+    if args.ir:
+        Path(args.ir).write_text(out["imported"])
+        print(f"imported IR: {args.ir} (loadplan-opt --loadplan-pipeline {args.ir})")
+    return 0
+
+
 def _plan(args: argparse.Namespace) -> int:
+    if args.from_export:
+        return _plan_export(args)
     factory = _factory(args.factory)
     model, metadata = factory(tp_rank=args.tp_rank, tp_size=args.tp_size)
     plan = api.plan_loads(model, metadata, dump_ir=args.dump_ir)
@@ -135,7 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("plan", help="plan one rank of a model and print the report")
-    p.add_argument("factory", metavar="MODULE[:FACTORY]")
+    p.add_argument("factory", metavar="MODULE[:FACTORY]", nargs="?")
+    p.add_argument("--from-export", metavar="FILE.pt2",
+                   help="plan a loader exported with loadplan.export_loader instead")
     p.add_argument("--tp-size", type=int, default=1)
     p.add_argument("--tp-rank", type=int, default=0)
     p.add_argument("--json", help="write the plan as JSON here")
@@ -156,6 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(name)s: %(message)s",
     )
+    if args.command == "plan" and not (args.factory or args.from_export):
+        parser.error("plan needs MODULE[:FACTORY] or --from-export FILE.pt2")
     if args.command == "plan" and not 0 <= args.tp_rank < args.tp_size:
         parser.error(f"--tp-rank must be in [0, {args.tp_size})")
     try:
