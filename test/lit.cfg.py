@@ -22,4 +22,11 @@ llvm_config.use_default_substitutions()
 
 tool_dirs = [config.loadplan_tools_dir, config.llvm_tools_dir]
 tools = ["loadplan-opt"]
+# test/Import: loadplan-translate is built where LibTorch is found.
+if getattr(config, "loadplan_torch_import", 0):
+    config.available_features.add("torch-import")
+    tools.append("loadplan-translate")
+    if getattr(config, "loadplan_python", ""):
+        config.available_features.add("torch-python")
+        config.substitutions.append(("%loadplan_python", config.loadplan_python))
 llvm_config.add_tool_substitutions(tools, tool_dirs)
