@@ -16,7 +16,9 @@ take). Each round runs every method once, in random order; the medians of
 ``--repeat`` rounds are compared, so the ratios come from one run on the
 same, shared machine. ``memcpy`` is the fastest of libc ``memmove`` and
 torch ``copy_`` (one thread and all threads) of contiguous bytes into the
-same parameter storages. torch runs with one thread otherwise
+same parameter storages. A binding made with ``LOADPLAN_RUNTIME_STREAMING=0``
+shows what the executor's non-temporal stores gain. torch runs with one
+thread otherwise
 (``torch.set_num_threads(1)``, as the Python tests do: its intra-op threads
 only wait on each other on a busy machine), the runtime with its default
 (all hardware threads); a one-thread runtime line is printed too.
@@ -144,6 +146,10 @@ def main(argv: list[str]) -> int:
 
     binding = plan.bind(num_threads=args.threads)
     one_thread = _runtime.Binding(plan._runtime.plan, plan._targets, num_threads=1)
+    # The same executor with plain stores: what streaming stores gain.
+    os.environ["LOADPLAN_RUNTIME_STREAMING"] = "0"
+    plain = _runtime.Binding(plan._runtime.plan, plan._targets, num_threads=args.threads)
+    del os.environ["LOADPLAN_RUNTIME_STREAMING"]
     direct = [(n, t) for n, t in weights if plan.entries[n].kind == "direct"]
     pairs = []  # (live view, source part) per destination, made once
     for name, full in weights:
@@ -162,6 +168,9 @@ def main(argv: list[str]) -> int:
 
     def runtime_one_thread() -> None:
         one_thread.apply_tensors(direct)
+
+    def runtime_plain_stores() -> None:
+        plain.apply_tensors(direct)
 
     def load_weights() -> None:
         with torch.no_grad():
@@ -191,6 +200,7 @@ def main(argv: list[str]) -> int:
     methods: dict[str, Callable[[], None]] = {
         f"runtime ({binding.num_threads} threads)": runtime_apply,
         "runtime (1 thread, binding only)": runtime_one_thread,
+        f"runtime ({plain.num_threads} threads, plain stores)": runtime_plain_stores,
         "load_weights": load_weights,
         "copy_ loop over get_dest": copy_loop,
         "memcpy: libc memmove": libc_memmove,
@@ -220,7 +230,7 @@ def main(argv: list[str]) -> int:
     median = {name: statistics.median(ts) for name, ts in times.items()}
     for name, ts in times.items():
         print(
-            f"  {name:36} median {median[name] * 1e3:8.1f} ms  {moved / median[name] / 1e9:6.2f} GB/s"
+            f"  {name:38} median {median[name] * 1e3:8.1f} ms  {moved / median[name] / 1e9:6.2f} GB/s"
             f"  (best {min(ts) * 1e3:.1f} ms)"
         )
     # What does not scale with bytes: the same names at tiny shapes.

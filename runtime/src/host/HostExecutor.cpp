@@ -4,6 +4,7 @@
 #include "../Status.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #if defined(__SSE2__)
@@ -169,7 +170,7 @@ class HostExecutor final : public Executor {
 public:
   HostExecutor(const Plan &plan, const std::vector<uint8_t *> &bases,
                unsigned numThreads)
-      : pool(numThreads) {
+      : pool(numThreads), streaming(streamingAllowed()) {
     size_t most = 0;
     for (SourceForm form : {SourceForm::Tensor, SourceForm::Box}) {
       Program &p = programs[int(form)];
@@ -197,7 +198,8 @@ public:
     int64_t bytes = 0;
     for (uint32_t k : active)
       bytes += p.pieces[k].end - p.pieces[k].begin;
-    int64_t streamRun = bytes >= kStreamBatchBytes ? kStreamRunBytes : 0;
+    int64_t streamRun =
+        streaming && bytes >= kStreamBatchBytes ? kStreamRunBytes : 0;
     bool byBox = batch.form == SourceForm::Box;
     auto task = [&](size_t i) {
       const Piece &piece = p.pieces[active[i]];
@@ -215,8 +217,17 @@ private:
     std::vector<Piece> pieces;
     std::vector<uint32_t> entryBegin;
   };
+  /// LOADPLAN_RUNTIME_STREAMING=0 in the environment at bind time turns
+  /// non-temporal stores off: for comparisons, or for a caller that reads
+  /// the updated weights back at once and wants them in the cache.
+  static bool streamingAllowed() {
+    const char *value = std::getenv("LOADPLAN_RUNTIME_STREAMING");
+    return !value || std::strcmp(value, "0") != 0;
+  }
+
   Program programs[2];
   ThreadPool pool;
+  bool streaming;
   std::vector<uint32_t> active;
 };
 
