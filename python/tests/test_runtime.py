@@ -208,6 +208,29 @@ def test_thread_count(threads):
     same_bytes(model, want)
 
 
+@pytest.mark.parametrize("streaming", ["1", "0"])
+def test_a_large_update_with_and_without_streaming_stores(monkeypatch, streaming):
+    """Over 64 MiB: the CPU executor writes long runs with non-temporal
+    stores, unless LOADPLAN_RUNTIME_STREAMING=0 when binding."""
+    kw = dict(tp_rank=0, tp_size=2, vocab_size=65536, hidden_size=1024, intermediate_size=1024,
+              num_layers=1, num_heads=8)
+    model, metas = llama.make(**kw)
+    plan = loadplan.plan_loads(model, metas)
+    assert sum(e.nbytes for e in plan.entries.values()) > 64 << 20
+    monkeypatch.setenv("LOADPLAN_RUNTIME_STREAMING", streaming)
+    plan.bind()
+    g = torch.Generator().manual_seed(9)
+    weights = [(m.name, torch.empty(m.shape, dtype=m.dtype)) for m in metas]
+    for _, w in weights:
+        w.view(torch.int16).random_(generator=g)
+    loadplan.load_planned(model, plan, weights)
+    want, _ = llama.make(**kw)
+    loadplan.plan_loads(want, metas)
+    with torch.no_grad():
+        want.load_weights(weights)
+    same_bytes(model, want)
+
+
 def test_default_threads_and_bad_thread_counts():
     model, metas = llama.make()
     plan = loadplan.plan_loads(model, metas)
