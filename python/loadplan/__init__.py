@@ -21,6 +21,7 @@ from .api import (
 )
 from .capture import capture
 from .export import export_loader
+from .transfer import Receiver, Schedule, Sender, TransferError, TransferStats
 from .verification import Mismatch, VerifyResult, random_weights, verify
 
 __all__ = [
@@ -30,6 +31,11 @@ __all__ = [
     "Mismatch",
     "ParamMeta",
     "PlanError",
+    "Receiver",
+    "Schedule",
+    "Sender",
+    "TransferError",
+    "TransferStats",
     "VerifyResult",
     "Write",
     "capture",

@@ -442,6 +442,16 @@ TEST_F(TransferFailures, BadInputsAndPlansFailEveryRankAndMoveNothing) {
       return "expected the sender's bad input, got: " + e;
     if (run.memory && run.memory->storages != before)
       return "a refused update changed live memory";
+    // A rank that cannot take part fails the update for all.
+    if (rank == 2)
+      e = take(loadplan_transfer_fail(run.transfer, LOADPLAN_STATUS_INVALID_UPDATE,
+                                      "my model moved", 14));
+    else
+      e = run.update(2);
+    if (e != "invalid_update: rank 2 (receiver 1): my model moved")
+      return "expected rank 2's failure, got: " + e;
+    if (run.memory && run.memory->storages != before)
+      return "a failed update changed live memory";
     // The communicator still works.
     if (std::string e2 = run.update(3); !e2.empty())
       return "after a refused update: " + e2;

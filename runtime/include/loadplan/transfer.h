@@ -262,8 +262,9 @@ typedef struct loadplan_transfer_options_t {
   /* CPU threads for packing on a sender (0: all hardware threads). */
   uint32_t num_threads;
   /* For tests: >= 0 makes this rank fail on its own at that round (or at
-   * the end, past the last) while keeping the transfer going, as a rank
-   * whose copies failed does; -1: off. */
+   * the end, past the last) of the first update that gets there, while
+   * keeping the transfer going, as a rank whose copies failed does; -1:
+   * off. */
   int32_t debug_fail_round;
 } loadplan_transfer_options_t;
 
@@ -304,6 +305,15 @@ LOADPLAN_API loadplan_status_t
 loadplan_transfer_update(loadplan_transfer_t *transfer,
                          const loadplan_held_tensor_t *held, size_t num_held,
                          void *stream);
+
+/* Collective: what a rank calls instead of loadplan_transfer_update when
+ * it cannot take part in an update (its own inputs are wrong, say): the
+ * update fails on every rank, with this rank's `message` and `code` (unless
+ * a lower rank reports an error too), and nothing moves. Returns that
+ * error. */
+LOADPLAN_API loadplan_status_t
+loadplan_transfer_fail(loadplan_transfer_t *transfer, uint32_t code,
+                       const char *message, size_t message_size);
 
 typedef struct loadplan_transfer_stats_t {
   /* Of the last update, on this rank. Data pieces only (the agreements

@@ -493,10 +493,12 @@ void Engine::runRounds(void *stream, std::optional<StatusError> &local) {
   std::vector<LocalCopy> copies;
   for (uint32_t round = 0; round < roundPieces.size(); ++round) {
     const std::vector<uint32_t> &list = roundPieces[round];
-    if (int32_t(round) == failRound)
+    if (int32_t(round) == failRound) {
+      failRound = -1;
       keep(StatusError(LOADPLAN_STATUS_INTERNAL,
                        concat("debug_fail_round: this rank failed on purpose "
                               "at round ", round)));
+    }
     if (list.empty())
       continue;
     ++stats.rounds;
@@ -583,10 +585,12 @@ void Engine::runRounds(void *stream, std::optional<StatusError> &local) {
       }
     }
   }
-  if (failRound >= int32_t(roundPieces.size()))
+  if (failRound >= int32_t(roundPieces.size())) {
+    failRound = -1;
     keep(StatusError(LOADPLAN_STATUS_INTERNAL,
                      "debug_fail_round: this rank failed on purpose after the "
                      "last round"));
+  }
   try {
     transport.synchronize(stream);
   } catch (const StatusError &e) {
@@ -623,4 +627,11 @@ void Engine::update(const loadplan_held_tensor_t *held, size_t numHeld,
   stats.seconds = std::chrono::duration<double>(
                       std::chrono::steady_clock::now() - start)
                       .count();
+}
+
+void Engine::failUpdate(const StatusError &error) {
+  uint64_t sequence = uint64_t(stats.updates) + failedUpdates + 1;
+  ++failedUpdates;
+  agree(error, kValidate, sequence);
+  throw error; // not reached: the agreement throws the first error
 }

@@ -48,6 +48,9 @@ public:
 
   /// Collective: one update (see transfer.h).
   void update(const loadplan_held_tensor_t *held, size_t numHeld, void *stream);
+  /// Collective: fails an update on every rank with `error`; throws the
+  /// agreed error.
+  [[noreturn]] void failUpdate(const StatusError &error);
 
   loadplan_transfer_stats_t stats{};
 

@@ -286,6 +286,23 @@ loadplan_status_t loadplan_transfer_update(loadplan_transfer_t *transfer,
   });
 }
 
+loadplan_status_t loadplan_transfer_fail(loadplan_transfer_t *transfer,
+                                         uint32_t code, const char *message,
+                                         size_t message_size) {
+  return guard([&] {
+    require(transfer && transfer->engine, "transfer is NULL");
+    require(message || !message_size, "message is NULL");
+    if (code == LOADPLAN_STATUS_OK || code > LOADPLAN_STATUS_INTERNAL)
+      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "code ", code,
+           " is not an error code");
+    std::lock_guard<std::mutex> lock(transfer->mutex);
+    std::lock_guard<std::mutex> commLock(transfer->comm->mutex);
+    transfer->engine->failUpdate(
+        StatusError(static_cast<loadplan_status_code_t>(code),
+                    std::string(message ? message : "", message_size)));
+  });
+}
+
 loadplan_status_t loadplan_transfer_stats(const loadplan_transfer_t *transfer,
                                           loadplan_transfer_stats_t *out_stats) {
   return guard([&] {

@@ -1,0 +1,373 @@
+"""Transfers between processes over Gloo: ``loadplan.Sender`` and
+``loadplan.Receiver``.
+
+Each test launches its ranks (3 to 6 processes on loopback, each bounded in
+time): trainer ranks hold replicas, TP shards, FSDP row shards or expert
+subsets of random weights; inference ranks hold TP (or expert-parallel)
+models with their plans. After every update each receiver's model must be
+byte-equal to a reference model that ran ``load_weights`` on the same
+weights, and the bytes counted on the wire must be exactly what the
+receivers' plans need (sliced, m_to_n) or the receivers times the model
+(full). Rendezvous goes through a torch FileStore, a TCPStore, a process
+group and an init_method, one each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from math import prod
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+RANK_TIMEOUT = 120.0  # seconds a launch may take, all ranks together
+
+# What each scenario's ranks do; ranks 0..senders-1 send.
+SCENARIOS: dict[str, dict] = {
+    # Llama-style with fp8 weights, 0-dim scales and fallbacks.
+    "fp8_1_to_2": dict(model="fp8", sizes={}, senders=1, receivers=2, layout="replica",
+                       engines=["full", "sliced", "m_to_n"], rendezvous="file_store"),
+    "llama_tp2_to_tp4": dict(model="llama", sizes={}, senders=2, receivers=4, layout="tp",
+                             engines=["full", "sliced", "m_to_n"], rendezvous="tcp_store"),
+    "llama_fsdp4_to_2": dict(model="llama", sizes={}, senders=4, receivers=2, layout="fsdp",
+                             engines=["full", "m_to_n", "sliced"], rendezvous="group",
+                             staging_cap=1024),
+    "moe_ep_2_to_2": dict(model="qwen2_moe", sizes=dict(enable_expert_parallel=True),
+                          senders=2, receivers=2, layout="ep", engines=["sliced", "m_to_n"],
+                          rendezvous="tcp_store"),
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# One launch runs several scenarios on the same processes (a process's
+# start, torch's import and its first plan cost seconds each on a busy
+# machine); ranks past a scenario's size sit it out.
+LAUNCHES: dict[str, tuple[int, list[str]]] = {
+    "three": (3, ["fp8_1_to_2", "failures"]),
+    "six": (6, ["llama_tp2_to_tp4", "llama_fsdp4_to_2", "moe_ep_2_to_2"]),
+}
+
+
+def _launch(launch: str, tmp_path: Path) -> dict[str, list[dict]]:
+    """Runs ``launch``'s scenarios on its ranks and returns, per scenario,
+    each taking rank's result; fails on a timeout or a crash."""
+    world, names = LAUNCHES[launch]
+    ports = [_free_port() for _ in names]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(TESTS) + os.pathsep +
+               os.environ.get("PYTHONPATH", ""))
+    procs = []
+    for rank in range(world):
+        code = (f"import test_transfer as t; t._rank_main({names!r}, {rank}, {world}, "
+                f"{str(tmp_path)!r}, {ports!r})")
+        procs.append(subprocess.Popen([sys.executable, "-c", code], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    deadline = time.monotonic() + RANK_TIMEOUT
+    outputs = [""] * world
+    timed_out = False
+    for rank, p in enumerate(procs):
+        try:
+            out, _ = p.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+            outputs[rank] = out.decode(errors="replace")
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    if timed_out:
+        for p in procs:
+            p.kill()
+        for rank, p in enumerate(procs):
+            out, _ = p.communicate()
+            outputs[rank] = outputs[rank] or out.decode(errors="replace")
+    failed = [r for r, p in enumerate(procs) if p.returncode != 0]
+    if timed_out or failed:
+        logs = "\n".join(f"--- rank {r}\n{outputs[r][-3000:]}" for r in range(world))
+        pytest.fail(f"{launch}: {'timed out' if timed_out else f'ranks {failed} failed'}\n{logs}")
+    per_rank = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
+    return {n: [r[n] for r in per_rank if n in r] for n in names}
+
+
+# ---------------------------------------------------------------------------
+# What each rank runs (in its own process)
+
+
+def _holdings(layout: str, metadata: list, senders: int, index: int) -> dict:
+    """What trainer rank ``index`` of ``senders`` holds of each tensor."""
+    from loadplan.transfer import shard_box
+
+    out = {}
+    for m in metadata:
+        name, shape = m.name, m.shape
+        if layout == "replica" or not shape:
+            out[name] = None
+        elif layout == "fsdp":
+            box = shard_box(shape, 0, index, senders)
+            if box is not None:
+                out[name] = box
+        elif layout == "tp":
+            # Megatron: column-parallel rows, row-parallel columns; the
+            # embeddings (whose vocab the engine pads otherwise) and norms
+            # replicated.
+            dim = None
+            if any(p in name for p in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")):
+                dim = 0
+            elif any(p in name for p in ("o_proj", "down_proj")) and len(shape) == 2:
+                dim = 1
+            out[name] = None if dim is None else shard_box(shape, dim, index, senders)
+        elif layout == "ep":
+            if ".experts." in name:
+                expert = int(name.split(".experts.")[1].split(".")[0])
+                if expert % senders == index:
+                    out[name] = None
+            else:
+                out[name] = None
+    return out
+
+
+def _part(t, box):
+    if box is None:
+        return t
+    return t[tuple(slice(a, b) for a, b in box)].contiguous()
+
+
+def _rendezvous(kind: str, rank: int, world: int, tmp: str, port: int) -> dict:
+    import datetime
+
+    import torch.distributed as dist
+
+    timeout = datetime.timedelta(seconds=30)
+    os.makedirs(tmp, exist_ok=True)
+    if kind == "file_store":
+        return {"store": dist.FileStore(f"{tmp}/store", world)}
+    if kind == "tcp_store":
+        return {"store": dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timeout)}
+    if kind == "group":
+        dist.init_process_group("gloo", init_method=f"file://{tmp}/group", rank=rank,
+                                world_size=world, timeout=timeout)
+        return {"group": True}
+    return {"init_method": f"tcp://127.0.0.1:{port}"}
+
+
+def _model(sc: dict, tp_rank: int, tp_size: int):
+    import importlib
+
+    make = importlib.import_module(f"loadplan.examples.{sc['model']}").make
+    return make(tp_rank=tp_rank, tp_size=tp_size, **sc["sizes"])
+
+
+def _mismatch(reference, model) -> str | None:
+    """The first tensor of ``model`` whose bytes differ from ``reference``'s."""
+    from loadplan.verification import _first_difference, _tensors
+
+    ours = _tensors(model)
+    for name, t in _tensors(reference).items():
+        m = _first_difference(name, t, ours[name], 0)
+        if m is not None:
+            return str(m)
+    return None
+
+
+def _snapshot(model) -> dict:
+    from loadplan.verification import _tensors
+
+    return {name: t.detach().clone() for name, t in _tensors(model).items()}
+
+
+def _rank_main(names: list[str], rank: int, world: int, tmp: str, ports: list[int]) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    results = {}
+    for name, port in zip(names, ports):
+        size = 3 if name == "failures" else SCENARIOS[name]["senders"] + SCENARIOS[name]["receivers"]
+        if rank >= size:
+            continue
+        run = _run_failures if name == "failures" else _run_scenario
+        results[name] = run(name, rank, size, f"{tmp}/{name}", port)
+    (Path(tmp) / f"rank{rank}.json").write_text(json.dumps(results))
+    # Tearing torch down takes seconds on a busy machine; the results are out.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def _run_scenario(name: str, rank: int, world: int, tmp: str, port: int) -> dict:
+    import torch
+
+    import loadplan
+    from loadplan.verification import _same_bytes, random_weights
+
+    sc = SCENARIOS[name]
+    senders, receivers = sc["senders"], sc["receivers"]
+    meet = _rendezvous(sc["rendezvous"], rank, world, tmp, port)
+    common = dict(rank=None if "group" in meet else rank,
+                  world_size=None if "group" in meet else world, num_senders=senders,
+                  timeout=30.0, num_threads=1, staging_cap=sc.get("staging_cap", 64 << 20),
+                  **meet)
+    _, metadata = _model(sc, 0, 1)
+    result: dict = {"role": "sender" if rank < senders else "receiver", "engines": {}}
+    if rank < senders:
+        holdings = _holdings(sc["layout"], metadata, senders, rank)
+    else:
+        tp_rank = rank - senders
+        reference, _ = _model(sc, tp_rank, receivers)
+        model, _ = _model(sc, tp_rank, receivers)
+        _same_bytes(reference, model)
+        plan = loadplan.plan_loads(model, metadata)
+        result["needed"] = sum(e.nbytes for e in plan.entries.values())
+        result["model_bytes"] = sum(m.dtype.itemsize * prod(m.shape) for m in metadata)
+        result["fallbacks"] = sum(e.kind == "fallback" for e in plan.entries.values())
+    for engine in sc["engines"]:
+        out = result["engines"][engine] = {"bytes": 0, "errors": [], "mismatch": None}
+        try:
+            if rank < senders:
+                end = loadplan.Sender(metadata, holdings=holdings, engine=engine, **common)
+            else:
+                end = loadplan.Receiver(model, plan, engine=engine, **common)
+        except loadplan.TransferError as e:
+            out["errors"].append(str(e))
+            continue
+        with end:
+            for seed in (11, 12):
+                weights = dict(random_weights(metadata, seed))
+                if rank < senders:
+                    stats = end.send({n: _part(weights[n], b) for n, b in holdings.items()})
+                    out["bytes"] += stats.bytes_sent
+                else:
+                    stats = end.receive()
+                    with torch.no_grad():
+                        reference.load_weights([(n, t.clone()) for n, t in weights.items()])
+                    out["bytes"] += stats.bytes_received
+                    out["in_place"] = stats.bytes_in_place
+                    out["mismatch"] = out["mismatch"] or _mismatch(reference, model)
+            out["summary"] = end.schedule.summary.bytes_moved
+    return result
+
+
+def _run_failures(name: str, rank: int, world: int, tmp: str, port: int) -> dict:
+    """1 sender, 2 atomic receivers, in rounds: the sender fails at round 1,
+    then sends a wrong tensor, then a good update."""
+    import torch
+
+    import loadplan
+    from loadplan.verification import _same_bytes, random_weights
+
+    sc = dict(model="llama", sizes={})
+    meet = _rendezvous("init_method", rank, world, tmp, port)
+    _, metadata = _model(sc, 0, 1)
+    common = dict(rank=rank, world_size=world, num_senders=1, engine="m_to_n", timeout=30.0,
+                  num_threads=1, staging_cap=512, **meet)
+    weights = dict(random_weights(metadata, 5))
+    result: dict = {"errors": []}
+    if rank == 0:
+        end = loadplan.Sender(metadata, debug_fail_round=1, **common)
+    else:
+        reference, _ = _model(sc, rank - 1, 2)
+        model, _ = _model(sc, rank - 1, 2)
+        _same_bytes(reference, model)
+        plan = loadplan.plan_loads(model, metadata)
+        end = loadplan.Receiver(model, plan, atomic=True, **common)
+        before = _snapshot(model)
+    for attempt in ("injected", "bad input"):
+        try:
+            if rank == 0:
+                sent = dict(weights)
+                if attempt == "bad input":
+                    sent["model.norm.weight"] = sent["model.norm.weight"].float()
+                end.send(sent)
+            else:
+                end.receive()
+            result["errors"].append(None)
+        except (loadplan.TransferError, ValueError) as e:
+            result["errors"].append(f"{type(e).__name__}: {e}")
+        if rank > 0:
+            after = _snapshot(model)
+            result.setdefault("unchanged", []).append(
+                all(torch.equal(before[n].view(torch.uint8), after[n].view(torch.uint8))
+                    for n in before))
+    # The communicator still works: a good update (the hook fired once).
+    if rank == 0:
+        end.send(weights)
+    else:
+        end.receive()
+        with torch.no_grad():
+            reference.load_weights([(n, t.clone()) for n, t in weights.items()])
+        result["mismatch"] = _mismatch(reference, model)
+    end.close()
+    return result
+
+
+# ---------------------------------------------------------------------------
+# The tests
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory) -> dict[str, dict[str, list[dict]]]:
+    """Each launch's results, launched once for the module, on first use."""
+    cache: dict[str, dict[str, list[dict]]] = {}
+
+    def get(launch: str) -> dict[str, list[dict]]:
+        if launch not in cache:
+            cache[launch] = _launch(launch, tmp_path_factory.mktemp(launch))
+        return cache[launch]
+
+    return get
+
+
+def _launch_of(name: str) -> str:
+    return next(k for k, (_, names) in LAUNCHES.items() if name in names)
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_receivers_match_load_weights_and_move_what_they_need(name: str, launched):
+    sc = SCENARIOS[name]
+    results = launched(_launch_of(name))[name]
+    assert len(results) == sc["senders"] + sc["receivers"]
+    senders = [r for r in results if r["role"] == "sender"]
+    receivers = [r for r in results if r["role"] == "receiver"]
+    needed = sum(r["needed"] for r in receivers)
+    model_bytes = receivers[0]["model_bytes"]
+    assert needed < len(receivers) * model_bytes
+    for engine in sc["engines"]:
+        if name == "llama_fsdp4_to_2" and engine == "sliced":
+            # No FSDP row shard holds a receiver's column block whole: every
+            # rank gets the same refusal.
+            for r in results:
+                assert len(r["engines"][engine]["errors"]) == 1
+                assert "but no sender holds it whole" in r["engines"][engine]["errors"][0]
+            continue
+        for r in results:
+            assert r["engines"][engine]["errors"] == [], r["engines"][engine]["errors"]
+        for r in receivers:
+            assert r["engines"][engine]["mismatch"] is None, (engine, r["engines"][engine])
+        expected = len(receivers) * model_bytes if engine == "full" else needed
+        # Two updates each: the bytes on the wire, on both ends.
+        assert sum(r["engines"][engine]["bytes"] for r in receivers) == 2 * expected, engine
+        assert sum(r["engines"][engine]["bytes"] for r in senders) == 2 * expected, engine
+        assert receivers[0]["engines"][engine]["summary"] == expected
+    if name == "fp8_1_to_2":
+        assert all(r["fallbacks"] > 0 for r in receivers)
+
+
+def test_a_failed_update_fails_every_rank_and_leaves_atomic_receivers(launched):
+    results = launched("three")["failures"]
+    injected = [r["errors"][0] for r in results]
+    bad = [r["errors"][1] for r in results]
+    for e in injected:
+        assert e is not None and "rank 0 (sender 0): debug_fail_round: this rank failed on " \
+            "purpose at round 1" in e, injected
+    # The sender raises its own ValueError; the receivers get its message.
+    assert bad[0].startswith("ValueError: load plan: 'model.norm.weight' is torch.float32")
+    for e in bad[1:]:
+        assert e.startswith("TransferError") and "rank 0 (sender 0): load plan: " \
+            "'model.norm.weight' is torch.float32" in e, bad
+    for r in results[1:]:
+        assert r["unchanged"] == [True, True]
+        assert r["mismatch"] is None

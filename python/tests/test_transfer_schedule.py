@@ -1,0 +1,170 @@
+"""Transfer schedules and the Python API in one process: ``Schedule.build``
+from real plans (bytes moved per engine, the printout, the file round trip
+and ``python -m loadplan.transfer show``), refusals, argument errors, and
+one Sender and one Receiver on two threads over Gloo."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from math import prod
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import loadplan
+from loadplan.examples import fp8, llama
+from loadplan.transfer import Schedule, backend_available, shard_box
+from loadplan.verification import _first_difference, _same_bytes, _tensors, random_weights
+
+pytestmark = pytest.mark.skipif(not backend_available("gloo"), reason="built without Gloo")
+
+
+@pytest.fixture(scope="module")
+def tp2():
+    """Plans of both ranks of a TP=2 Llama with fp8 weights and fallbacks."""
+    plans = []
+    for rank in range(2):
+        model, metadata = fp8.make(tp_rank=rank, tp_size=2)
+        plans.append(loadplan.plan_loads(model, metadata))
+    return metadata, plans
+
+
+def _needed(plans) -> int:
+    return sum(e.nbytes for p in plans for e in p.entries.values())
+
+
+def _model_bytes(metadata) -> int:
+    return sum(m.dtype.itemsize * prod(m.shape) for m in metadata)
+
+
+def _build(engine, metadata, plans, holdings_per_sender, cap=1 << 20):
+    senders = [(i, h, cap) for i, h in enumerate(holdings_per_sender)]
+    receivers = [(len(senders) + i, p.plan_bytes, cap, False) for i, p in enumerate(plans)]
+    return Schedule.build(engine, len(senders) + len(receivers), metadata, senders, receivers)
+
+
+def test_each_engine_moves_what_it_should(tp2):
+    metadata, plans = tp2
+    whole = {m.name: None for m in metadata}
+    for engine in ("sliced", "m_to_n"):
+        s = _build(engine, metadata, plans, [whole])
+        assert s.summary.bytes_moved == _needed(plans)
+        assert s.summary.bytes_needed == _needed(plans)
+    full = _build("full", metadata, plans, [whole, whole])
+    assert full.summary.bytes_moved == 2 * _model_bytes(metadata)
+    assert full.summary.engine == "full"
+    assert full.summary.num_senders == 2
+
+
+def test_the_file_round_trips_and_prints(tp2, tmp_path):
+    metadata, plans = tp2
+    rows = [{m.name: shard_box(m.shape, 0, i, 2) if m.shape and m.shape[0] >= 2 else None
+             for m in metadata} for i in range(2)]
+    s = _build("m_to_n", metadata, plans, rows, cap=4096)
+    assert s.summary.num_rounds > 1
+    assert s.summary.max_receiver_staging <= 4096
+    data = s.to_bytes()
+    again = Schedule.from_bytes(data)
+    assert again.to_bytes() == data
+    assert again.summary == s.summary
+    text = str(s)
+    assert text.startswith("schedule: engine m_to_n, 4 ranks, 2 senders, 2 receivers")
+    assert "sender 1 (rank 1) -> receiver 0 (rank 2):" in text
+    path = tmp_path / "tp2.schedule"
+    s.save(path)
+    out = subprocess.run([sys.executable, "-m", "loadplan.transfer", "show", str(path),
+                          "--summary"], capture_output=True, text=True, check=True).stdout
+    assert out == s.text(pieces=False)
+    assert "->" not in out
+
+
+def test_refusals_say_why(tp2):
+    metadata, plans = tp2
+    rows = [{m.name: shard_box(m.shape, 0, i, 2) if m.shape and m.shape[0] >= 2 else None
+             for m in metadata} for i in range(2)]
+    with pytest.raises(loadplan.TransferError, match="no sender holds it whole") as e:
+        _build("sliced", metadata, plans, rows)
+    assert e.value.code_name == "invalid_argument"
+    with pytest.raises(loadplan.TransferError, match="but the senders hold only") as e:
+        _build("m_to_n", metadata, plans, rows[:1])
+    with pytest.raises(loadplan.TransferError, match="not a schedule file") as e:
+        Schedule.from_bytes(b"LOADPLAN" + bytes(40))
+    assert e.value.code_name == "invalid_plan"
+    with pytest.raises(ValueError, match="unknown engine 'fast'"):
+        _build("fast", metadata, plans, rows)
+
+
+def test_shard_box_cuts_as_torch_chunk():
+    assert shard_box((10, 4), 0, 0, 4) == ((0, 3), (0, 4))
+    assert shard_box((10, 4), 0, 3, 4) == ((9, 10), (0, 4))
+    assert shard_box((2, 4), 0, 3, 4) is None
+    assert shard_box((4, 6), 1, 1, 2) == ((0, 4), (3, 6))
+
+
+def test_arguments_are_checked_before_any_rank_waits(tmp_path):
+    model, metadata = llama.make(tp_rank=0, tp_size=1)
+    plan = loadplan.plan_loads(model, metadata)
+    init = f"file://{tmp_path}/store"
+    with pytest.raises(ValueError, match="rank 0 is a sender"):
+        loadplan.Receiver(model, plan, rank=0, world_size=2, num_senders=1, init_method=init)
+    with pytest.raises(ValueError, match="unknown backend 'mpi'"):
+        loadplan.Sender(metadata, rank=0, world_size=2, num_senders=1, backend="mpi",
+                        init_method=init)
+    with pytest.raises(ValueError, match="the gloo backend moves CPU tensors"):
+        loadplan.Sender(metadata, rank=0, world_size=2, num_senders=1, device="cuda:0",
+                        init_method=init)
+    with pytest.raises(ValueError, match="give group=, store= or init_method="):
+        loadplan.Sender(metadata, rank=0, world_size=2, num_senders=1)
+    with pytest.raises(ValueError, match="which metadata does not declare"):
+        loadplan.Sender(metadata, holdings={"nope": None}, rank=0, world_size=2, num_senders=1,
+                        init_method=init)
+
+
+def test_a_sender_and_a_receiver_on_two_threads():
+    """Rank 0 holds the checkpoint, rank 1 is a TP=1 fp8 Llama with
+    fallbacks; a HashStore in memory for the rendezvous."""
+    model, metadata = fp8.make(tp_rank=0, tp_size=1)
+    reference, _ = fp8.make(tp_rank=0, tp_size=1)
+    _same_bytes(reference, model)
+    plan = loadplan.plan_loads(model, metadata)
+    store = dist.HashStore()
+    weights = dict(random_weights(metadata, 3))
+    ends: dict[str, object] = {}
+    errors: list[BaseException] = []
+
+    def run(role: str) -> None:
+        try:
+            common = dict(world_size=2, num_senders=1, store=store, engine="m_to_n",
+                          name="threads", timeout=20.0, num_threads=1)
+            if role == "sender":
+                end = loadplan.Sender(metadata, rank=0, **common)
+                ends["sender_stats"] = end.send(weights)
+            else:
+                end = loadplan.Receiver(model, plan, rank=1, **common)
+                ends["receiver_stats"] = end.receive()
+            ends[role] = end
+        except BaseException as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in ("sender", "receiver")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    with torch.no_grad():
+        reference.load_weights([(n, t.clone()) for n, t in weights.items()])
+    ours = _tensors(model)
+    for name, t in _tensors(reference).items():
+        assert _first_difference(name, t, ours[name], 0) is None
+    needed = sum(e.nbytes for e in plan.entries.values())
+    assert ends["receiver_stats"].bytes_received == needed
+    assert ends["sender_stats"].bytes_sent == needed
+    assert ends["receiver_stats"].bytes_in_place + ends["receiver_stats"].bytes_staged == needed
+    assert set(ends["receiver"].fallbacks) == {
+        n for n, e in plan.entries.items() if e.kind == "fallback"}
+    for role in ("sender", "receiver"):
+        ends[role].close()
