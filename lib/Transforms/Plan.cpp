@@ -144,6 +144,12 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
     e.dtype = getDtypeCode(type.getElementType());
     if (e.dtype == LOADPLAN_DTYPE_INVALID)
       return checkpoint.emitError("dtype has no plan code"), failure();
+    // The runtime counts a tensor's bytes in int64_t, as torch does.
+    int64_t itemSize = loadplan_dtype_size(e.dtype), bytes;
+    if (llvm::MulOverflow(type.getNumElements(), itemSize, bytes))
+      return checkpoint.emitError("has 2^63 bytes or more, more than a plan "
+                                  "file holds"),
+             failure();
     e.shape = llvm::to_vector(type.getShape());
     Block &block = checkpoint.getBlock();
     auto fallbacks = block.getOps<FallbackOp>();
