@@ -77,6 +77,15 @@ struct ImportError : std::runtime_error {
   throw ImportError(message);
 }
 
+/// `a * b + c`, or an error: the program's sizes come from the archive.
+static int64_t mulAdd(int64_t a, int64_t b, int64_t c) {
+  int64_t product, sum;
+  if (__builtin_mul_overflow(a, b, &product) ||
+      __builtin_add_overflow(product, c, &sum))
+    fail("the program has sizes or strides out of range");
+  return sum;
+}
+
 //===----------------------------------------------------------------------===//
 // The archive
 //===----------------------------------------------------------------------===//
@@ -218,7 +227,7 @@ struct Layout {
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t size : sizes)
-      n *= size;
+      n = mulAdd(n, size, 0);
     return n;
   }
 };
@@ -252,6 +261,17 @@ static Meta toMeta(const schema::TensorMeta &meta) {
   for (int64_t size : out.layout.sizes)
     if (size < 0)
       fail("the program has a tensor with a negative size");
+  for (int64_t stride : out.layout.strides)
+    if (stride < 0)
+      fail("the program has a tensor with a negative stride");
+  if (out.layout.offset < 0)
+    fail("the program has a tensor with a negative storage offset");
+  // Every element index fits in int64_t.
+  int64_t last = out.layout.offset;
+  for (size_t i = 0; i < out.layout.sizes.size(); ++i)
+    if (out.layout.sizes[i] > 0)
+      last = mulAdd(out.layout.sizes[i] - 1, out.layout.strides[i], last);
+  mulAdd(last + 1 > 0 ? last + 1 : 1, 16, 0); // and so does its byte offset
   return out;
 }
 
@@ -597,9 +617,10 @@ void Importer::declare() {
     if (value.meta.layout.numel() > 0) {
       extent = 1;
       for (int64_t i = 0; i < value.meta.layout.rank(); ++i)
-        extent += (value.meta.layout.sizes[i] - 1) * value.meta.layout.strides[i];
+        extent = mulAdd(value.meta.layout.sizes[i] - 1,
+                        value.meta.layout.strides[i], extent);
     }
-    int64_t needed = (value.meta.layout.offset + extent) * item;
+    int64_t needed = mulAdd(value.meta.layout.offset + extent, item, 0);
     int storage;
     auto found = path.empty() ? storageOfPath.end() : storageOfPath.find(path);
     if (found != storageOfPath.end()) {
@@ -851,10 +872,10 @@ void Importer::constantWrite(const std::string &op, int target,
 }
 
 void Importer::readTarget(int target, const std::string &op) {
-  Record *record = current();
-  int index = record ? currentRecord : 0;
-  if (records.empty() || records[index].stopped)
+  // Before any name, as for capture, a read is the loader's own business.
+  if (!current() || current()->stopped)
     return;
+  int index = currentRecord;
   reads.push_back({index, records[index].lines.size(), targets[target].storage});
   records[index].lines.push_back("loadplan.read_target @t" +
                                  std::to_string(target) + " op " +
@@ -1158,6 +1179,8 @@ bool Importer::visitTraceView(int index, const schema::Node &node,
     int64_t dim = normalizeDim(intInput(node, "dim", 2).value_or(0), rank);
     int64_t start = 0;
     for (size_t k = 0; k < outs.size(); ++k) {
+      if (metas[k].layout.rank() != rank)
+        fail("'" + node.get_target() + "' has an output of another rank");
       int64_t end = start + metas[k].layout.sizes[dim];
       define(k, "slice",
              "dim " + std::to_string(dim) + " start " + std::to_string(start) +
@@ -1397,9 +1420,9 @@ std::optional<Layout> Importer::scatterPosition(const schema::Node &node,
       end = std::max<int64_t>(end + size, 0);
     start = std::min(start, size);
     end = std::min(std::max(end, start), size);
-    out.offset += start * base.strides[dim];
-    out.sizes[dim] = (end - start + step - 1) / step;
-    out.strides[dim] *= step;
+    out.offset = mulAdd(start, base.strides[dim], out.offset);
+    out.sizes[dim] = end > start ? (end - start - 1) / step + 1 : 0;
+    out.strides[dim] = mulAdd(out.strides[dim], step, 0);
     return out;
   }
   if (packet == "aten.select_scatter") {
@@ -1409,7 +1432,7 @@ std::optional<Layout> Importer::scatterPosition(const schema::Node &node,
       i += base.sizes[dim];
     if (i < 0 || i >= base.sizes[dim])
       return std::nullopt;
-    out.offset += i * base.strides[dim];
+    out.offset = mulAdd(i, base.strides[dim], out.offset);
     out.sizes.erase(out.sizes.begin() + dim);
     out.strides.erase(out.strides.begin() + dim);
     return out;
@@ -1420,7 +1443,12 @@ std::optional<Layout> Importer::scatterPosition(const schema::Node &node,
     if (out.sizes.size() != out.strides.size())
       return std::nullopt;
     if (std::optional<int64_t> offset = intInput(node, "storage_offset", 4))
-      out.offset = base.offset + *offset;
+      out.offset = mulAdd(1, base.offset, *offset);
+    for (size_t i = 0; i < out.sizes.size(); ++i)
+      if (out.sizes[i] < 0 || out.strides[i] < 0)
+        return std::nullopt;
+    if (out.offset < 0)
+      return std::nullopt;
     return out;
   }
   return std::nullopt;

@@ -389,3 +389,21 @@ def test_inputs_that_are_not_a_dict_of_names(tmp_path):
     path = tmp_path / "plain.pt2"
     torch.export.save(program, path)
     assert "not one dict of checkpoint tensors" in _translate_error(path)
+
+
+def test_sizes_out_of_range(archive, tmp_path):
+    def huge(program):
+        for meta in program["graph_module"]["graph"]["tensor_values"].values():
+            meta["strides"] = [{"as_int": 1 << 62} for _ in meta["strides"]]
+
+    path = _rewrite(archive, tmp_path / "huge.pt2", _edit_program(huge))
+    assert "out of range" in _translate_error(path)
+
+
+def test_negative_stride(archive, tmp_path):
+    def negative(program):
+        for meta in program["graph_module"]["graph"]["tensor_values"].values():
+            meta["strides"] = [{"as_int": -1} for _ in meta["strides"]]
+
+    path = _rewrite(archive, tmp_path / "negative.pt2", _edit_program(negative))
+    assert "negative stride" in _translate_error(path)
