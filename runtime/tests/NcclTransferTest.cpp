@@ -6,14 +6,17 @@
 // TP=2 receiver and its pieces go through ncclSend/ncclRecv to itself:
 // column blocks packed on the device, a replicated norm staged and
 // scattered by the CUDA executor, the rest received in place, a fallback
-// into its buffer. Live memory must equal the reference. bench/
-// gpu_transfer.sh runs the multi-GPU case on a machine with several.
+// into its buffer. With two GPUs or more, one sender thread and TP
+// receiver threads each on its own GPU. Live memory must equal the
+// reference.
 //
 //===----------------------------------------------------------------------===//
 
 #include "TransferTestUtil.h"
 
 #include <cuda_runtime.h>
+
+#include <thread>
 
 using namespace loadplan::testing;
 
@@ -119,6 +122,114 @@ TEST(NcclTransfer, OneRankSendsToItselfForEveryEngine) {
                           "is not CUDA device memory"));
     }
   }
+}
+
+TEST(NcclTransfer, OneSenderToTpReceiversOnOtherGpus) {
+  if (!haveNccl())
+    GTEST_SKIP() << "NCCL does not load or no CUDA device";
+  int devices = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess);
+  if (devices < 2)
+    GTEST_SKIP() << "needs two GPUs (one NCCL rank per GPU)";
+  int receivers = devices >= 5 ? 4 : devices >= 3 ? 2 : 1;
+  int world = 1 + receivers;
+  std::vector<TestPlan> plans;
+  std::vector<PlanPtr> handles;
+  for (int r = 0; r < receivers; ++r) {
+    plans.push_back(tpPlan(receivers, r));
+    handles.push_back(openPlan(plans.back()));
+  }
+  std::vector<TensorDecl> tensors = tensorsOf(plans[0]);
+  uint8_t id[LOADPLAN_NCCL_UNIQUE_ID_BYTES];
+  ASSERT_TRUE(isOk(loadplan_nccl_unique_id(id)));
+  std::mt19937_64 rng(8);
+  Update u;
+  for (const TensorDecl &td : tensors) {
+    std::vector<uint8_t> &bytes = u.tensors[td.name];
+    bytes.resize(size_t(td.bytes()));
+    fillRandom(bytes, rng);
+  }
+  // One thread per rank, each on its own GPU: NCCL ranks of one process.
+  std::vector<std::string> errors(world);
+  auto rankMain = [&](int rank) {
+    auto failed = [&](const std::string &what, loadplan_status_t s) {
+      if (!s)
+        return false;
+      errors[rank] = what + ": " + loadplan_status_message(s);
+      loadplan_status_free(s);
+      return true;
+    };
+    if (cudaSetDevice(rank) != cudaSuccess) {
+      errors[rank] = "cudaSetDevice failed";
+      return;
+    }
+    loadplan_comm_t *rawComm = nullptr;
+    if (failed("comm", loadplan_comm_create_nccl(rank, world, id, rank, 60000,
+                                                 &rawComm)))
+      return;
+    CommPtr comm(rawComm);
+    ScheduleDecl decl;
+    decl.engine = LOADPLAN_ENGINE_M_TO_N;
+    decl.world = world;
+    decl.tensors = tensors;
+    decl.senders.push_back({0, 0, wholeOf(tensors)});
+    for (int r = 0; r < receivers; ++r)
+      decl.receivers.push_back({1 + r, 0, false, handles[r].get()});
+    loadplan_schedule_t *rawSchedule = nullptr;
+    if (failed("schedule", decl.build(&rawSchedule)))
+      return;
+    SchedulePtr schedule(rawSchedule);
+    std::vector<std::unique_ptr<OnDevice>> memory;
+    std::vector<loadplan_target_layout_t> layouts;
+    std::unique_ptr<OnDevice> fallback;
+    loadplan_fallback_buffer_t fb{};
+    loadplan_receiver_args_t args{};
+    Memory host(plans[std::max(rank - 1, 0)]);
+    if (rank > 0) {
+      std::vector<uint8_t *> bases;
+      for (const auto &st : host.storages) {
+        memory.push_back(std::make_unique<OnDevice>(st));
+        bases.push_back(static_cast<uint8_t *>(memory.back()->data));
+      }
+      layouts = Memory::layoutsAt(plans[rank - 1], bases);
+      fallback = std::make_unique<OnDevice>(std::vector<uint8_t>(2, 0));
+      fb = {"scale", 5, fallback->data, 2};
+      args = {handles[rank - 1].get(), layouts.data(), layouts.size(), 0, &fb, 1};
+    }
+    loadplan_transfer_t *rawTransfer = nullptr;
+    if (failed("create", loadplan_transfer_create(comm.get(), schedule.get(),
+                                                  rank ? &args : nullptr,
+                                                  nullptr, &rawTransfer)))
+      return;
+    TransferPtr transfer(rawTransfer);
+    std::vector<std::unique_ptr<OnDevice>> sources;
+    std::vector<loadplan_held_tensor_t> held;
+    if (rank == 0)
+      for (const TensorDecl &td : tensors) {
+        sources.push_back(std::make_unique<OnDevice>(u.tensors[td.name]));
+        held.push_back({td.name.data(), td.name.size(), sources.back()->data,
+                        td.dtype, uint32_t(td.shape.size()), td.shape.data()});
+      }
+    if (failed("update", loadplan_transfer_update(transfer.get(), held.data(),
+                                                  held.size(), nullptr)))
+      return;
+    if (rank == 0)
+      return;
+    std::vector<std::vector<uint8_t>> after;
+    for (const auto &m : memory)
+      after.push_back(m->read());
+    if (after != referenceAfter(plans[rank - 1], host.storages, u))
+      errors[rank] = "live memory differs from the reference";
+    else if (fallback->read() != u.tensors["scale"])
+      errors[rank] = "the fallback buffer is not the whole tensor";
+  };
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank)
+    threads.emplace_back(rankMain, rank);
+  for (std::thread &t : threads)
+    t.join();
+  for (int rank = 0; rank < world; ++rank)
+    EXPECT_EQ(errors[rank], "") << "rank " << rank;
 }
 
 TEST(NcclTransfer, RefusesADeviceThatDoesNotExist) {
