@@ -342,10 +342,12 @@ TEST_F(ScheduleBuild, SmallCapsMakeMoreRoundsButNeverMoreStaging) {
     EXPECT_EQ(sum.bytes_moved, 2 * model());
     EXPECT_LE(sum.max_receiver_staging, cap);
     expectRoundsUnderCaps(s.get(), cap);
-    if (cap == 64)
+    if (cap == 64) {
       EXPECT_GT(sum.num_rounds, 4u);
-    if (cap == 100000)
+    }
+    if (cap == 100000) {
       EXPECT_EQ(sum.num_rounds, 1u);
+    }
   }
   // Atomic receivers stage everything, past their cap.
   for (ReceiverDecl &r : decl.receivers) {

@@ -501,8 +501,9 @@ TEST(TransferApi, RefusesBadArguments) {
   uint8_t id[128];
   int32_t nccl = 0;
   ASSERT_TRUE(isOk(loadplan_backend_available(LOADPLAN_BACKEND_NCCL, &nccl)));
-  if (!nccl)
+  if (!nccl) {
     EXPECT_TRUE(isError(loadplan_nccl_unique_id(id), LOADPLAN_STATUS_UNAVAILABLE, ""));
+  }
   EXPECT_TRUE(isError(loadplan_backend_available(7, &nccl),
                       LOADPLAN_STATUS_INVALID_ARGUMENT, "unknown backend 7"));
   loadplan_transfer_t *transfer = nullptr;
