@@ -20,6 +20,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -241,8 +242,20 @@ private:
 
 } // namespace
 
+/// Gloo writes to its sockets without MSG_NOSIGNAL: a peer that dies mid-
+/// update would kill this process with SIGPIPE instead of failing the update
+/// with an I/O error. Ignore SIGPIPE unless the embedding process chose a
+/// handler of its own (Python already ignores it).
+static void ignoreSigpipeUnlessHandled() {
+  struct sigaction current;
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
+      current.sa_handler == SIG_DFL && !(current.sa_flags & SA_SIGINFO))
+    std::signal(SIGPIPE, SIG_IGN);
+}
+
 std::unique_ptr<Transport>
 loadplan::transfer::makeGlooTransport(int rank, int size,
                                       const loadplan_gloo_options_t &options) {
+  ignoreSigpipeUnlessHandled();
   return std::make_unique<GlooTransport>(rank, size, options);
 }
