@@ -81,6 +81,11 @@ loadplan_python::compile(const std::string &ir, const std::string &sourceName,
   }
 
   PassManager pm(&context, ModuleOp::getOperationName());
+  // The parser verified the captured IR; verifying the whole module again
+  // after every stage costs more than the stages on large models (the lit
+  // tests run each pass with verification, and the runtime checks every plan
+  // it opens).
+  pm.enableVerifier(false);
   loadplan::PipelineOptions options;
   loadplan::buildLoadPlanPipeline(pm, options);
   if (failed(pm.run(*module))) {
