@@ -61,16 +61,6 @@ uint32_t loadplan::getDtypeCode(Type type) {
   return LOADPLAN_DTYPE_INVALID;
 }
 
-StringRef loadplan::getDtypeCodeName(uint32_t dtype) {
-  static const char *const names[] = {
-      "invalid",      "bool",           "uint8",           "int8",
-      "int16",        "int32",          "int64",           "float16",
-      "bfloat16",     "float32",        "float64",         "float8_e4m3fn",
-      "float8_e5m2",  "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
-      "complex64",    "complex128",     "uint16",          "uint32",
-      "uint64"};
-  return dtype < LOADPLAN_DTYPE_COUNT_ ? names[dtype] : "invalid";
-}
 
 StringRef loadplan::getKindName(loadplan_entry_kind_t kind) {
   switch (kind) {
@@ -319,7 +309,7 @@ void loadplan::printPlanJson(const Plan &plan, raw_ostream &os) {
           j.attributeBegin("stride");
           ints(t.stride);
           j.attributeEnd();
-          j.attribute("dtype", getDtypeCodeName(t.dtype));
+          j.attribute("dtype", loadplan_dtype_name(t.dtype));
         });
     });
     j.attributeObject("entries", [&] {
@@ -329,7 +319,7 @@ void loadplan::printPlanJson(const Plan &plan, raw_ostream &os) {
         writes += e.writes.size();
         j.attributeObject(e.name, [&] {
           j.attribute("kind", getKindName(e.kind));
-          j.attribute("dtype", getDtypeCodeName(e.dtype));
+          j.attribute("dtype", loadplan_dtype_name(e.dtype));
           j.attributeBegin("shape");
           ints(e.shape);
           j.attributeEnd();

@@ -67,8 +67,6 @@ struct Plan {
 
 /// The dtype code of an MLIR element type (LOADPLAN_DTYPE_INVALID if none).
 uint32_t getDtypeCode(Type type);
-/// torch's name of a dtype code.
-StringRef getDtypeCodeName(uint32_t dtype);
 /// The name of a kind: direct, fallback or unneeded.
 StringRef getKindName(loadplan_entry_kind_t kind);
 
