@@ -290,8 +290,8 @@ _VALUE_READS = {
     aten.is_nonzero,
     aten.allclose,
 }
-# Ops that read only their arguments' metadata.
-_METADATA_OPS = {
+# Queries a dispatcher may route through a subclass; they read no values.
+_METADATA_QUERIES = {
     aten.sym_size,
     aten.sym_stride,
     aten.sym_numel,
@@ -299,6 +299,9 @@ _METADATA_OPS = {
     aten.size,
     aten.stride,
     aten.is_same_size,
+}
+# Ops that read only their arguments' metadata.
+_METADATA_OPS = _METADATA_QUERIES | {
     aten.empty_like,
     aten.zeros_like,
     aten.ones_like,
@@ -689,17 +692,6 @@ class _Sink:
         lines.append("}")
         return "\n".join(lines) + "\n"
 
-
-# Queries a dispatcher may route through a subclass; they read no values.
-_METADATA_QUERIES = {
-    aten.sym_size,
-    aten.sym_stride,
-    aten.sym_numel,
-    aten.sym_storage_offset,
-    aten.size,
-    aten.stride,
-    aten.is_same_size,
-}
 
 
 # ---------------------------------------------------------------------------
