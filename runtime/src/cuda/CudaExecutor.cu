@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CudaExecutor.h"
+#include "CudaCheck.h"
 #include "DeviceCopy.h"
 #include "../Status.h"
 
@@ -30,32 +31,6 @@ constexpr int64_t kMemcpy2DMaxPitch = int64_t(1) << 30;
 /// Blocks per launch; a batch with more chunks takes several launches.
 constexpr uint64_t kMaxBlocksPerLaunch = uint64_t(1) << 30;
 
-void check(cudaError_t error, const char *what) {
-  if (error != cudaSuccess) {
-    cudaGetLastError(); // clear a sticky launch error for the next call
-    fail(LOADPLAN_STATUS_DEVICE_ERROR, what, " failed: ",
-         cudaGetErrorString(error), " (", cudaGetErrorName(error), ")");
-  }
-}
-
-/// Makes `device` current for a scope and restores the caller's device:
-/// torch keeps its own notion of the current device.
-class DeviceGuard {
-public:
-  explicit DeviceGuard(int device) {
-    check(cudaGetDevice(&previous), "cudaGetDevice");
-    if (previous != device)
-      check(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceGuard() {
-    int current = -1;
-    if (cudaGetDevice(&current) == cudaSuccess && current != previous)
-      cudaSetDevice(previous);
-  }
-
-private:
-  int previous = 0;
-};
 
 __global__ void __launch_bounds__(kDeviceBlockThreads)
     copyKernel(const DeviceCopy *copies, const DeviceActive *active,
@@ -78,7 +53,7 @@ public:
       if (!bases[s] || !plan.storageSizes[s])
         continue;
       cudaPointerAttributes attributes;
-      check(cudaPointerGetAttributes(&attributes, bases[s]),
+      checkCuda(cudaPointerGetAttributes(&attributes, bases[s]),
             "cudaPointerGetAttributes");
       bool onDevice = (attributes.type == cudaMemoryTypeDevice ||
                        attributes.type == cudaMemoryTypeManaged) &&
@@ -99,20 +74,20 @@ public:
       if (p.device.copies.empty())
         continue;
       size_t bytes = p.device.copies.size() * sizeof(DeviceCopy);
-      check(cudaMalloc(&p.table, bytes), "cudaMalloc");
-      check(cudaMemcpy(p.table, p.device.copies.data(), bytes,
+      checkCuda(cudaMalloc(&p.table, bytes), "cudaMalloc");
+      checkCuda(cudaMemcpy(p.table, p.device.copies.data(), bytes,
                        cudaMemcpyHostToDevice),
             "cudaMemcpy");
     }
     capacity = std::max<size_t>(most, 1);
-    check(cudaHostAlloc(reinterpret_cast<void **>(&staging),
+    checkCuda(cudaHostAlloc(reinterpret_cast<void **>(&staging),
                         capacity * sizeof(DeviceActive), cudaHostAllocDefault),
           "cudaHostAlloc");
-    check(cudaMalloc(&activeOnDevice, capacity * sizeof(DeviceActive)),
+    checkCuda(cudaMalloc(&activeOnDevice, capacity * sizeof(DeviceActive)),
           "cudaMalloc");
-    check(cudaEventCreateWithFlags(&staged, cudaEventDisableTiming),
+    checkCuda(cudaEventCreateWithFlags(&staged, cudaEventDisableTiming),
           "cudaEventCreate");
-    check(cudaEventCreateWithFlags(&finished, cudaEventDisableTiming),
+    checkCuda(cudaEventCreateWithFlags(&finished, cudaEventDisableTiming),
           "cudaEventCreate");
     entryMemory.assign(plan.entries.size(), Memory::Device);
     boxMemory.assign(plan.numBoxes, Memory::Device);
@@ -170,7 +145,7 @@ public:
     // The staging buffer is free once the previous batch's array reached
     // the device.
     if (pending)
-      check(cudaEventSynchronize(staged), "cudaEventSynchronize");
+      checkCuda(cudaEventSynchronize(staged), "cudaEventSynchronize");
     uint32_t numActive = 0;
     uint64_t chunks = 0;
     for (size_t i = 0; i < batch.numEntries; ++i) {
@@ -191,20 +166,20 @@ public:
     // The device array is free once the previous batch's kernel is done,
     // whichever stream it ran on.
     if (pending)
-      check(cudaStreamWaitEvent(s, finished, 0), "cudaStreamWaitEvent");
-    check(cudaMemcpyAsync(activeOnDevice, staging,
+      checkCuda(cudaStreamWaitEvent(s, finished, 0), "cudaStreamWaitEvent");
+    checkCuda(cudaMemcpyAsync(activeOnDevice, staging,
                           numActive * sizeof(DeviceActive),
                           cudaMemcpyHostToDevice, s),
           "cudaMemcpyAsync");
-    check(cudaEventRecord(staged, s), "cudaEventRecord");
+    checkCuda(cudaEventRecord(staged, s), "cudaEventRecord");
     for (uint64_t first = 0; first < chunks; first += kMaxBlocksPerLaunch) {
       auto blocks =
           static_cast<unsigned>(std::min(chunks - first, kMaxBlocksPerLaunch));
       copyKernel<<<blocks, kDeviceBlockThreads, 0, s>>>(
           p.table, activeOnDevice, numActive, first);
-      check(cudaGetLastError(), "launching the copy kernel");
+      checkCuda(cudaGetLastError(), "launching the copy kernel");
     }
-    check(cudaEventRecord(finished, s), "cudaEventRecord");
+    checkCuda(cudaEventRecord(finished, s), "cudaEventRecord");
     pending = true;
   }
 
@@ -220,7 +195,7 @@ private:
   void classify(const Batch &batch, uint32_t entry, uint32_t box,
                 const uint8_t *source, Memory &memory, uint64_t &address) {
     cudaPointerAttributes a;
-    check(cudaPointerGetAttributes(&a, source), "cudaPointerGetAttributes");
+    checkCuda(cudaPointerGetAttributes(&a, source), "cudaPointerGetAttributes");
     auto what = [&] {
       return batch.describe(batch.describeContext, entry, box);
     };
@@ -259,7 +234,7 @@ private:
     int64_t dstPitch = c.numDims ? dims[0].dstStride : c.run;
     if (srcPitch > kMemcpy2DMaxPitch || dstPitch > kMemcpy2DMaxPitch)
       return false;
-    check(cudaMemcpy2DAsync(c.dst, dstPitch,
+    checkCuda(cudaMemcpy2DAsync(c.dst, dstPitch,
                             reinterpret_cast<const void *>(src + c.srcOffset),
                             srcPitch, c.run, c.rows, cudaMemcpyDefault, s),
           "cudaMemcpy2DAsync");

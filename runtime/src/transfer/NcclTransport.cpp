@@ -13,6 +13,7 @@
 
 #include "Transport.h"
 #include "../Status.h"
+#include "../cuda/CudaCheck.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -87,14 +88,6 @@ const Nccl *loadNccl(std::string &why) {
   return loaded;
 }
 
-void checkCuda(cudaError_t error, const char *what) {
-  if (error != cudaSuccess) {
-    cudaGetLastError();
-    fail(LOADPLAN_STATUS_DEVICE_ERROR, what, " failed: ",
-         cudaGetErrorString(error), " (", cudaGetErrorName(error), ")");
-  }
-}
-
 int deviceCount() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -113,24 +106,6 @@ const Nccl &requireNccl() {
     fail(LOADPLAN_STATUS_UNAVAILABLE, "nccl: no CUDA device");
   return *nccl;
 }
-
-/// Makes `device` current for a scope (torch keeps its own).
-class DeviceGuard {
-public:
-  explicit DeviceGuard(int device) {
-    checkCuda(cudaGetDevice(&previous), "cudaGetDevice");
-    if (previous != device)
-      checkCuda(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceGuard() {
-    int current = -1;
-    if (cudaGetDevice(&current) == cudaSuccess && current != previous)
-      cudaSetDevice(previous);
-  }
-
-private:
-  int previous = 0;
-};
 
 using Clock = std::chrono::steady_clock;
 
