@@ -4,6 +4,7 @@
 #include "loadplan/Transforms/Plan.h"
 
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/ToolOutputFile.h"
 
 namespace mlir {
@@ -20,16 +21,48 @@ using namespace mlir::loadplan;
 
 namespace {
 
-/// Writes `content` to `path` ('-': stdout), or emits an error.
+/// Writes `content` to `path` ('-': stdout), or emits an error. A regular
+/// file is written beside `path` and renamed over it once complete: a write
+/// that fails (a full disk) leaves the plan that was there, not part of one.
 static LogicalResult writeFile(Operation *op, StringRef path,
                                function_ref<void(raw_ostream &)> content) {
-  std::string error;
-  std::unique_ptr<llvm::ToolOutputFile> out = openOutputFile(path, &error);
-  if (!out)
+  auto cannotWrite = [&](const Twine &why) {
     return op->emitError() << "cannot write the plan to '" << path
-                           << "': " << error;
-  content(out->os());
-  out->keep();
+                           << "': " << why.str();
+  };
+  auto written = [&](llvm::raw_fd_ostream &os) -> LogicalResult {
+    os.flush();
+    std::error_code ec = os.error();
+    os.clear_error(); // else the stream reports it fatally when destroyed
+    return ec ? cannotWrite(ec.message()) : success();
+  };
+  namespace fs = llvm::sys::fs;
+  // stdout, /dev/null, a pipe: written in place, never renamed over.
+  if (path == "-" || (fs::exists(path) && !fs::is_regular_file(path))) {
+    std::string error;
+    std::unique_ptr<llvm::ToolOutputFile> out = openOutputFile(path, &error);
+    if (!out)
+      return cannotWrite(error);
+    out->keep();
+    content(out->os());
+    return written(out->os());
+  }
+  // Through a link, to the file it names: the link stays.
+  SmallString<128> dest(path);
+  if (fs::exists(path) && fs::real_path(path, dest))
+    dest = path;
+  llvm::Expected<fs::TempFile> temp =
+      fs::TempFile::create(dest + ".tmp-%%%%%%", fs::all_read | fs::all_write);
+  if (!temp)
+    return cannotWrite(llvm::toString(temp.takeError()));
+  llvm::raw_fd_ostream os(temp->FD, /*shouldClose=*/false);
+  content(os);
+  if (failed(written(os))) {
+    llvm::consumeError(temp->discard());
+    return failure();
+  }
+  if (llvm::Error error = temp->keep(dest))
+    return cannotWrite(llvm::toString(std::move(error)));
   return success();
 }
 

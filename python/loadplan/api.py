@@ -589,6 +589,15 @@ def _check_layout(model: torch.nn.Module, plan: LoadPlan) -> None:
             )
 
 
+def _not_dense(t: torch.Tensor) -> str | None:
+    """Why the bytes of ``t`` cannot be copied from, or None."""
+    if t.is_meta:
+        return "a meta tensor, which holds no data"
+    if t.layout != torch.strided:
+        return f"a {t.layout} tensor, not a dense (strided) one"
+    return None
+
+
 def load_planned(
     model: torch.nn.Module,
     plan: LoadPlan,
@@ -631,6 +640,10 @@ def load_planned(
                 f"load plan: {name!r} is {full.dtype} {tuple(full.shape)}, declared "
                 f"{entry.dtype} {entry.shape}"
             )
+        # Else a fallback's load_weights would fail only after the direct
+        # names were written.
+        if problem := _not_dense(full):
+            raise ValueError(f"load plan: {name!r} is {problem}")
     for name, _ in batch:
         if name in seen:
             raise ValueError(f"load plan: {name!r} is sent twice in one update")

@@ -48,7 +48,7 @@ from typing import Any
 import torch
 
 from . import _native, _runtime
-from .api import Box, LoadPlan, ParamMeta, _check_layout
+from .api import Box, LoadPlan, ParamMeta, _check_layout, _not_dense
 
 logger = logging.getLogger("loadplan")
 
@@ -933,6 +933,8 @@ class Sender(_Endpoint):
                             if isinstance(t, torch.Tensor) else type(t).__name__)
                     raise ValueError(f"load plan: {name!r} is {what}; this sender holds "
                                      f"{meta.dtype} {shape} on {self.device}")
+                if problem := _not_dense(t):
+                    raise ValueError(f"load plan: {name!r} is {problem}")
         except ValueError as e:
             self._fail(e, 5)  # invalid_update, on every rank
         held = (_Held * max(len(self.holdings), 1))()

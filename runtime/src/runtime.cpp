@@ -559,6 +559,10 @@ loadplan_status_t loadplan_apply_tensors(loadplan_binding_t *binding,
                " is sent twice (also as tensor ", b.entryInput[ei], ")");
         if (t.rank && !t.shape)
           fail(LOADPLAN_STATUS_INVALID_ARGUMENT, label(), ": shape is NULL");
+        // The message below prints the shape: not one of 2^32 values.
+        if (t.rank > kMaxRank)
+          fail(LOADPLAN_STATUS_INVALID_UPDATE, label(), " has rank ", t.rank,
+               " but the plan expects rank ", e.rank());
         if (t.rank != e.rank() ||
             !std::equal(e.shape.begin(), e.shape.end(), t.shape))
           fail(LOADPLAN_STATUS_INVALID_UPDATE, label(), " has shape ",

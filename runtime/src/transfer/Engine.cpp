@@ -250,11 +250,19 @@ void Engine::setUpReceiver(const loadplan_receiver_args_t &args) {
   if (!args.plan || !args.plan->plan)
     fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "the receiver's plan is NULL");
   const Plan &plan = *args.plan->plan;
-  if (plan.fingerprint != r.planFingerprint || planDigest(plan) != r.planDigest)
+  if (plan.fingerprint != r.planFingerprint)
     fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "receiver ", receiverIndex,
          ": the plan (fingerprint ", hex64(plan.fingerprint),
          ") is not the one the schedule was made for (fingerprint ",
          hex64(r.planFingerprint), "); build the schedule again");
+  // The same layout with other entries, boxes or writes: another rank's
+  // plan, say. Naming one fingerprint twice would not say what differs.
+  if (planDigest(plan) != r.planDigest)
+    fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "receiver ", receiverIndex,
+         ": the plan is not the one the schedule was made for: both are of "
+         "layout ", hex64(plan.fingerprint),
+         " but their entries, boxes or writes differ (a plan of another "
+         "rank?); build the schedule again");
 
   // The binding's checks (fingerprint, storage structure, device memory)
   // are the runtime's; the engine needs only the storage bases.
