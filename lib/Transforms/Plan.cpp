@@ -6,6 +6,7 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/Support/Endian.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MathExtras.h"
@@ -127,6 +128,8 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
   }
   plan.fingerprint = fingerprint;
 
+  // At most one entry per top-level op; reserving saves moving 100k entries.
+  plan.entries.reserve(module.getBody()->getOperations().size());
   for (auto checkpoint : module.getOps<CheckpointOp>()) {
     PlanEntry e;
     e.name = checkpoint.getName().str();
@@ -187,19 +190,15 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
 //===----------------------------------------------------------------------===//
 
 namespace {
+/// Appends little-endian fields to a byte string. Plans run to tens of MB, so
+/// each field is appended whole rather than byte by byte.
 class Writer {
 public:
   std::string bytes;
   void u8(uint8_t v) { bytes.push_back(static_cast<char>(v)); }
-  void u32(uint32_t v) {
-    for (int i = 0; i < 4; ++i)
-      u8(static_cast<uint8_t>(v >> (8 * i)));
-  }
-  void u64(uint64_t v) {
-    for (int i = 0; i < 8; ++i)
-      u8(static_cast<uint8_t>(v >> (8 * i)));
-  }
-  void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
+  void u32(uint32_t v) { put(v); }
+  void u64(uint64_t v) { put(v); }
+  void i64(int64_t v) { put(static_cast<uint64_t>(v)); }
   void str(StringRef s) {
     u32(s.size());
     bytes.append(s.begin(), s.end());
@@ -208,11 +207,39 @@ public:
     for (int64_t v : values)
       i64(v);
   }
+
+private:
+  template <typename T> void put(T v) {
+    char buf[sizeof(T)];
+    llvm::support::endian::write<T, llvm::endianness::little>(buf, v);
+    bytes.append(buf, sizeof(T));
+  }
 };
 } // namespace
 
+/// Bytes the payload of `plan` takes: lets the writer allocate once.
+static size_t payloadSize(const Plan &plan) {
+  size_t n = 4 + 8 * plan.storageSizes.size() + 4;
+  for (const PlanTarget &t : plan.targets)
+    n += 8 + t.module.size() + t.tensor.size() + 4 + 8 + 4 + 4 +
+         16 * t.shape.size();
+  n += 4;
+  for (const PlanEntry &e : plan.entries) {
+    n += 4 + e.name.size() + 1 + 4 + 4 + 8 * e.shape.size() + 1 + 4 + 4;
+    if (e.reason)
+      n += 4 + e.reason->size();
+    for (const PlanBox &b : e.boxes)
+      n += 16 * b.starts.size();
+    for (const PlanWrite &w : e.writes)
+      n += 4 + 4 + 8 + 4 + 16 * w.shape.size();
+  }
+  return n;
+}
+
 std::string loadplan::serializePlan(const Plan &plan) {
   Writer p;
+  p.bytes.reserve(LOADPLAN_PLAN_HEADER_SIZE + payloadSize(plan));
+  p.bytes.resize(LOADPLAN_PLAN_HEADER_SIZE); // the header goes here, last
   p.u32(plan.storageSizes.size());
   for (int64_t size : plan.storageSizes)
     p.u64(size);
@@ -253,15 +280,19 @@ std::string loadplan::serializePlan(const Plan &plan) {
       p.i64s(w.stride);
     }
   }
+  StringRef payload = StringRef(p.bytes).drop_front(LOADPLAN_PLAN_HEADER_SIZE);
   Writer h;
   h.bytes.append(LOADPLAN_PLAN_MAGIC, LOADPLAN_PLAN_MAGIC_SIZE);
   h.u32(LOADPLAN_PLAN_VERSION);
   h.u32(LOADPLAN_PLAN_HEADER_SIZE);
   h.u64(plan.fingerprint);
-  h.u64(p.bytes.size());
-  h.u64(loadplan_fnv1a64(LOADPLAN_FNV1A64_INIT, p.bytes.data(),
-                         p.bytes.size()));
-  return h.bytes + p.bytes;
+  h.u64(payload.size());
+  h.u64(loadplan_fnv1a64(LOADPLAN_FNV1A64_INIT, payload.data(),
+                         payload.size()));
+  assert(h.bytes.size() == LOADPLAN_PLAN_HEADER_SIZE &&
+         "header layout disagrees with plan_format.h");
+  std::copy(h.bytes.begin(), h.bytes.end(), p.bytes.begin());
+  return std::move(p.bytes);
 }
 
 //===----------------------------------------------------------------------===//
