@@ -19,6 +19,8 @@ config.substitutions.append(("%loadplan_src", config.loadplan_src_root))
 
 llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
+# not, count and FileCheck anywhere on a RUN line, not only after a pipe.
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.loadplan_tools_dir, config.llvm_tools_dir]
 tools = ["loadplan-opt"]
