@@ -598,6 +598,15 @@ def _not_dense(t: torch.Tensor) -> str | None:
     return None
 
 
+def _describe(item: object) -> str:
+    """An item for an error message, without printing a tensor's values."""
+    if isinstance(item, (str, int, float, type(None))):
+        return repr(item)
+    if isinstance(item, (list, tuple)):
+        return f"a {type(item).__name__} of {len(item)} items"
+    return f"a {type(item).__name__}"
+
+
 def load_planned(
     model: torch.nn.Module,
     plan: LoadPlan,
@@ -628,7 +637,8 @@ def load_planned(
     seen: set[str] = set()
     for item in batch:
         if not (isinstance(item, tuple) and len(item) == 2):
-            raise ValueError(f"load plan: expected (name, tensor) pairs, got {item!r}")
+            raise ValueError(
+                f"load plan: expected (name, tensor) pairs, got {_describe(item)}")
         name, full = item
         entry = plan.entries.get(name) if isinstance(name, str) else None
         if entry is None:

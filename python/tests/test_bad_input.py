@@ -156,6 +156,13 @@ def not_a_pair(p: Planned) -> Case:
                 f"load plan: expected (name, tensor) pairs, got {name!r}")
 
 
+def a_list_not_a_tuple(p: Planned) -> Case:
+    """The message describes the item: a tensor's values are not printed."""
+    name, tensor = p.weights[-1]
+    return Case(p.load(p.weights[:-1] + [[name, tensor]]), ValueError,
+                "load plan: expected (name, tensor) pairs, got a list of 2 items")
+
+
 def meta_tensor(p: Planned) -> Case:
     """A tensor without data, last; a fallback where the plan has one (its
     load_weights would fail after the direct names were written)."""
@@ -196,8 +203,8 @@ def replaced_tensor(p: Planned) -> Case:
 
 
 BATCHES = [unknown_name, name_not_a_str, wrong_dtype, wrong_shape, wrong_shape_unneeded,
-           sent_twice, not_a_tensor, not_a_pair, meta_tensor, sparse_tensor, another_model,
-           replaced_tensor]
+           sent_twice, not_a_tensor, not_a_pair, a_list_not_a_tuple, meta_tensor,
+           sparse_tensor, another_model, replaced_tensor]
 
 
 @pytest.fixture(scope="module")

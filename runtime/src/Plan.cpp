@@ -669,7 +669,7 @@ void loadplan::checkLayout(const Plan &plan,
     std::vector<int64_t> stride(l.stride, l.stride + l.rank);
     if (l.dtype != t.dtype)
       fail(LOADPLAN_STATUS_FINGERPRINT_MISMATCH, label, " has dtype ",
-           loadplan_dtype_name(l.dtype), " but the plan expects ",
+           dtypeText(l.dtype), " but the plan expects ",
            loadplan_dtype_name(t.dtype), tail);
     if (shape != t.shape)
       fail(LOADPLAN_STATUS_FINGERPRINT_MISMATCH, label, " has shape ", shape,

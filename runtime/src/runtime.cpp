@@ -201,7 +201,7 @@ loadplan_status_t applyBatch(loadplan_binding_t *binding, const Input *inputs,
       auto label = [&] { return b.label(i, e.name); };
       if (in.dtype != e.dtype)
         fail(LOADPLAN_STATUS_INVALID_UPDATE, label(), " has dtype ",
-             loadplan_dtype_name(in.dtype), " but the plan expects ",
+             dtypeText(in.dtype), " but the plan expects ",
              loadplan_dtype_name(e.dtype));
       checkInput(b, in, i, ei, e, label);
     }

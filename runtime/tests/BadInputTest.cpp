@@ -637,7 +637,8 @@ std::vector<UpdateCase> updateCases() {
        "tensor 3 ('w') has dtype float16 but the plan expects bfloat16"},
       {"TensorUnknownDtype",
        tensorsWith([](auto &b) { named(b, "w").dtype = 99; }), kInvalidUpdate,
-       "tensor 3 ('w') has dtype invalid but the plan expects bfloat16"},
+       "tensor 3 ('w') has dtype code 99 (no such dtype) but the plan expects "
+       "bfloat16"},
       {"TensorWrongShape",
        tensorsWith([](auto &b) { named(b, "w").shape = kShape64; }),
        kInvalidUpdate,
