@@ -316,10 +316,10 @@ void loadplan::printPlanJson(const Plan &plan, raw_ostream &os) {
   };
   auto box = [&](const PlanBox &b) {
     j.array([&] {
-      for (auto [start, stop] : llvm::zip(b.starts, b.stops))
+      for (size_t d = 0; d < b.starts.size(); ++d)
         j.array([&] {
-          j.value(start);
-          j.value(stop);
+          j.value(b.starts[d]);
+          j.value(b.stops[d]);
         });
     });
   };
