@@ -19,10 +19,12 @@ void loadplan::buildLoadPlanPipeline(OpPassManager &pm,
   pm.addNestedPass<CheckpointOp>(createMergeWrites());
   pm.addPass(createDetectOverlaps());
   pm.addPass(createCheckCoverage());
-  if (!options.planFile.empty())
-    pm.addPass(createEmitPlan(EmitPlanOptions{options.planFile}));
+  // The JSON first: if writing it fails, the compile fails before the plan
+  // file, the one an engine reads, is replaced.
   if (!options.jsonFile.empty())
     pm.addPass(createEmitPlanJson(EmitPlanJsonOptions{options.jsonFile}));
+  if (!options.planFile.empty())
+    pm.addPass(createEmitPlan(EmitPlanOptions{options.planFile}));
   if (options.report)
     pm.addPass(createReport());
 }

@@ -18,6 +18,10 @@
 // RUN: ( ulimit -f 0; ! loadplan-opt --loadplan-emit-plan=%t.plan %S/../Transforms/emit-plan.mlir -o /dev/null ) > /dev/null 2>&1
 // RUN: printf 'the plan of an earlier compile' | cmp - %t.plan
 // RUN: ls %t.plan* | count 1
+// The JSON is written before the plan: a JSON that cannot be written fails
+// the compile with the earlier plan in place.
+// RUN: ! loadplan-opt --loadplan-pipeline="plan=%t.plan json=/dev/full" %S/../Examples/llama-tp2-rank1.mlir -o /dev/null 2> /dev/null
+// RUN: printf 'the plan of an earlier compile' | cmp - %t.plan
 
 // Through a link, the new plan lands in the file the link names.
 // RUN: rm -f %t.link && printf 'an earlier plan' > %t.real && ln -s %t.real %t.link
