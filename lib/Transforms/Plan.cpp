@@ -217,28 +217,8 @@ private:
 };
 } // namespace
 
-/// Bytes the payload of `plan` takes: lets the writer allocate once.
-static size_t payloadSize(const Plan &plan) {
-  size_t n = 4 + 8 * plan.storageSizes.size() + 4;
-  for (const PlanTarget &t : plan.targets)
-    n += 8 + t.module.size() + t.tensor.size() + 4 + 8 + 4 + 4 +
-         16 * t.shape.size();
-  n += 4;
-  for (const PlanEntry &e : plan.entries) {
-    n += 4 + e.name.size() + 1 + 4 + 4 + 8 * e.shape.size() + 1 + 4 + 4;
-    if (e.reason)
-      n += 4 + e.reason->size();
-    for (const PlanBox &b : e.boxes)
-      n += 16 * b.starts.size();
-    for (const PlanWrite &w : e.writes)
-      n += 4 + 4 + 8 + 4 + 16 * w.shape.size();
-  }
-  return n;
-}
-
 std::string loadplan::serializePlan(const Plan &plan) {
   Writer p;
-  p.bytes.reserve(LOADPLAN_PLAN_HEADER_SIZE + payloadSize(plan));
   p.bytes.resize(LOADPLAN_PLAN_HEADER_SIZE); // the header goes here, last
   p.u32(plan.storageSizes.size());
   for (int64_t size : plan.storageSizes)
