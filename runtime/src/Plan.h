@@ -98,13 +98,6 @@ void checkLayout(const Plan &plan, const loadplan_target_layout_t *layouts,
 /// Row-major strides (in elements) of `shape`.
 std::vector<int64_t> contiguousStrides(const std::vector<int64_t> &shape);
 
-/// A dtype for messages: torch's name, or the code where it names none.
-inline std::string dtypeText(uint32_t dtype) {
-  if (loadplan_dtype_size(dtype) == 0)
-    return "code " + std::to_string(dtype) + " (no such dtype)";
-  return loadplan_dtype_name(dtype);
-}
-
 } // namespace loadplan
 
 /// The C handle: a reference-counted plan.

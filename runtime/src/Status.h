@@ -61,6 +61,14 @@ template <typename... Args>
   throw StatusError(code, concat(args...));
 }
 
+/// A dtype a caller gave, for messages: torch's name, or the code where it
+/// names none.
+inline std::string dtypeText(uint32_t dtype) {
+  if (loadplan_dtype_size(dtype) == 0)
+    return "code " + std::to_string(dtype) + " (no such dtype)";
+  return loadplan_dtype_name(dtype);
+}
+
 /// A status for `code` and `prefix` + `message`; never throws (out of memory gives the
 /// preallocated out-of-memory status).
 loadplan_status_t makeStatus(loadplan_status_code_t code,

@@ -563,6 +563,14 @@ TEST(TransferApi, OneRankCopiesItsOwnPieces) {
   ASSERT_TRUE(isOk(loadplan_transfer_stats(transfer.get(), &stats)));
   EXPECT_EQ(stats.bytes_sent + stats.bytes_received, 0u);
   EXPECT_EQ(stats.bytes_local, neededBytes(sc.handles[0].get()));
+  // A held tensor of a dtype code that names none: the message gives it.
+  held[0].dtype = 99;
+  EXPECT_TRUE(isError(loadplan_transfer_update(transfer.get(), held.data(),
+                                               held.size(), nullptr),
+                      LOADPLAN_STATUS_INVALID_UPDATE,
+                      " is code 99 (no such dtype) ["));
+  held[0].dtype = sc.decl.tensors[0].dtype;
+  EXPECT_EQ(memory.storages, referenceAfter(plan, before, u));
   // A held tensor missing: refused before anything moves.
   held.pop_back();
   EXPECT_TRUE(isError(loadplan_transfer_update(transfer.get(), held.data(),

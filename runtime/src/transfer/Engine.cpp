@@ -457,8 +457,8 @@ void Engine::checkHeld(const loadplan_held_tensor_t *held, size_t numHeld) {
     if (in.rank <= kMaxRank && (in.shape || !in.rank))
       shape.assign(in.shape, in.shape + in.rank);
     if (in.dtype != t.dtype || shape != extents || in.rank != extents.size())
-      fail(LOADPLAN_STATUS_INVALID_UPDATE, label, " is ",
-           loadplan_dtype_name(in.dtype), " ", shape, " but sender ",
+      fail(LOADPLAN_STATUS_INVALID_UPDATE, label, " is ", dtypeText(in.dtype),
+           " ", shape, " but sender ",
            senderIndex, " holds box ", boxText(h.box), " of it: ",
            loadplan_dtype_name(t.dtype), " ", extents);
     if (!in.data)
