@@ -4,6 +4,8 @@
 #include "loadplan/Dialect/LoadPlan/IR/Geometry.h"
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanOps.h"
 
+#include "mlir/AsmParser/AsmParser.h"
+
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/Support/Endian.h"
@@ -17,51 +19,17 @@
 using namespace mlir;
 using namespace mlir::loadplan;
 
-uint32_t loadplan::getDtypeCode(Type type) {
-  if (type.isBF16())
-    return LOADPLAN_DTYPE_BFLOAT16;
-  if (type.isF16())
-    return LOADPLAN_DTYPE_FLOAT16;
-  if (type.isF32())
-    return LOADPLAN_DTYPE_FLOAT32;
-  if (type.isF64())
-    return LOADPLAN_DTYPE_FLOAT64;
-  if (isa<Float8E4M3FNType>(type))
-    return LOADPLAN_DTYPE_FLOAT8_E4M3FN;
-  if (isa<Float8E5M2Type>(type))
-    return LOADPLAN_DTYPE_FLOAT8_E5M2;
-  if (isa<Float8E4M3FNUZType>(type))
-    return LOADPLAN_DTYPE_FLOAT8_E4M3FNUZ;
-  if (isa<Float8E5M2FNUZType>(type))
-    return LOADPLAN_DTYPE_FLOAT8_E5M2FNUZ;
-  if (isa<Float8E8M0FNUType>(type))
-    return LOADPLAN_DTYPE_FLOAT8_E8M0FNU;
-  if (type.isInteger(1))
-    return LOADPLAN_DTYPE_BOOL;
-  if (auto i = dyn_cast<IntegerType>(type)) {
-    bool u = i.isUnsigned();
-    switch (i.getWidth()) {
-    case 8:
-      return u ? LOADPLAN_DTYPE_UINT8 : LOADPLAN_DTYPE_INT8;
-    case 16:
-      return u ? LOADPLAN_DTYPE_UINT16 : LOADPLAN_DTYPE_INT16;
-    case 32:
-      return u ? LOADPLAN_DTYPE_UINT32 : LOADPLAN_DTYPE_INT32;
-    case 64:
-      return u ? LOADPLAN_DTYPE_UINT64 : LOADPLAN_DTYPE_INT64;
-    default:
-      return LOADPLAN_DTYPE_INVALID;
-    }
-  }
-  if (auto c = dyn_cast<ComplexType>(type)) {
-    if (c.getElementType().isF32())
-      return LOADPLAN_DTYPE_COMPLEX64;
-    if (c.getElementType().isF64())
-      return LOADPLAN_DTYPE_COMPLEX128;
-  }
-  return LOADPLAN_DTYPE_INVALID;
+DtypeCodes::DtypeCodes(MLIRContext *context) {
+#define LOADPLAN_DTYPE_CODE_(e, code, name, bytes, mlir)                       \
+  if (Type type = parseType(mlir, context))                                    \
+    codes.try_emplace(type, code);
+  LOADPLAN_DTYPES(LOADPLAN_DTYPE_CODE_)
+#undef LOADPLAN_DTYPE_CODE_
 }
 
+uint32_t DtypeCodes::lookup(Type type) const {
+  return codes.lookup_or(type, LOADPLAN_DTYPE_INVALID);
+}
 
 StringRef loadplan::getKindName(loadplan_entry_kind_t kind) {
   switch (kind) {
@@ -99,6 +67,7 @@ int64_t PlanEntry::neededBytes() const {
 
 FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
   Plan plan;
+  DtypeCodes dtypeCodes(module.getContext());
   llvm::DenseMap<StringAttr, uint32_t> storageIndex, targetIndex;
   for (auto storage : module.getOps<StorageOp>()) {
     storageIndex[storage.getSymNameAttr()] = plan.storageSizes.size();
@@ -114,7 +83,7 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
       return target.emitError("names no storage"), failure();
     t.storage = storage->second;
     t.byteOffset = target.getByteOffset();
-    t.dtype = getDtypeCode(target.getTensorType().getElementType());
+    t.dtype = dtypeCodes.lookup(target.getTensorType().getElementType());
     if (t.dtype == LOADPLAN_DTYPE_INVALID)
       return target.emitError("dtype has no plan code"), failure();
     t.shape = llvm::to_vector(target.getTensorType().getShape());
@@ -134,7 +103,7 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
     PlanEntry e;
     e.name = checkpoint.getName().str();
     RankedTensorType type = checkpoint.getTensorType();
-    e.dtype = getDtypeCode(type.getElementType());
+    e.dtype = dtypeCodes.lookup(type.getElementType());
     if (e.dtype == LOADPLAN_DTYPE_INVALID)
       return checkpoint.emitError("dtype has no plan code"), failure();
     // The runtime counts a tensor's bytes in int64_t, as torch does.

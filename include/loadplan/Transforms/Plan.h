@@ -10,6 +10,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LLVM.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -65,8 +66,17 @@ struct Plan {
   uint64_t fingerprint = 0;
 };
 
-/// The dtype code of an MLIR element type (LOADPLAN_DTYPE_INVALID if none).
-uint32_t getDtypeCode(Type type);
+/// The plan's dtype codes of MLIR element types, from plan_format.h's table
+/// (LOADPLAN_DTYPES), for one context.
+class DtypeCodes {
+public:
+  explicit DtypeCodes(MLIRContext *context);
+  /// The code of `type`, or LOADPLAN_DTYPE_INVALID.
+  uint32_t lookup(Type type) const;
+
+private:
+  llvm::DenseMap<Type, uint32_t> codes;
+};
 /// The name of a kind: direct, fallback or unneeded.
 StringRef getKindName(loadplan_entry_kind_t kind);
 

@@ -61,60 +61,50 @@ typedef enum loadplan_entry_kind_t {
   LOADPLAN_KIND_UNNEEDED = 2, /* this rank needs none of it */
 } loadplan_entry_kind_t;
 
-/* Element types, as torch names them. */
+/* The element types: the one table of them. Each row is
+ *   X(ENUM, code, torch name, bytes per element, MLIR element type)
+ * and everything else that names a dtype (the enum and functions below, the
+ * compiler's and the importer's types, Python's torch dtypes through the
+ * native module) is generated from it. Codes are stable: they are stored in
+ * plan and schedule files. */
+#define LOADPLAN_DTYPES(X)                                                    \
+  X(BOOL, 1, "bool", 1, "i1")                                                 \
+  X(UINT8, 2, "uint8", 1, "ui8")                                              \
+  X(INT8, 3, "int8", 1, "i8")                                                 \
+  X(INT16, 4, "int16", 2, "i16")                                              \
+  X(INT32, 5, "int32", 4, "i32")                                              \
+  X(INT64, 6, "int64", 8, "i64")                                              \
+  X(FLOAT16, 7, "float16", 2, "f16")                                          \
+  X(BFLOAT16, 8, "bfloat16", 2, "bf16")                                       \
+  X(FLOAT32, 9, "float32", 4, "f32")                                          \
+  X(FLOAT64, 10, "float64", 8, "f64")                                         \
+  X(FLOAT8_E4M3FN, 11, "float8_e4m3fn", 1, "f8E4M3FN")                        \
+  X(FLOAT8_E5M2, 12, "float8_e5m2", 1, "f8E5M2")                              \
+  X(FLOAT8_E4M3FNUZ, 13, "float8_e4m3fnuz", 1, "f8E4M3FNUZ")                  \
+  X(FLOAT8_E5M2FNUZ, 14, "float8_e5m2fnuz", 1, "f8E5M2FNUZ")                  \
+  X(FLOAT8_E8M0FNU, 15, "float8_e8m0fnu", 1, "f8E8M0FNU")                     \
+  X(COMPLEX64, 16, "complex64", 8, "complex<f32>")                            \
+  X(COMPLEX128, 17, "complex128", 16, "complex<f64>")                         \
+  X(UINT16, 18, "uint16", 2, "ui16")                                          \
+  X(UINT32, 19, "uint32", 4, "ui32")                                          \
+  X(UINT64, 20, "uint64", 8, "ui64")
+
 typedef enum loadplan_dtype_t {
   LOADPLAN_DTYPE_INVALID = 0,
-  LOADPLAN_DTYPE_BOOL = 1,
-  LOADPLAN_DTYPE_UINT8 = 2,
-  LOADPLAN_DTYPE_INT8 = 3,
-  LOADPLAN_DTYPE_INT16 = 4,
-  LOADPLAN_DTYPE_INT32 = 5,
-  LOADPLAN_DTYPE_INT64 = 6,
-  LOADPLAN_DTYPE_FLOAT16 = 7,
-  LOADPLAN_DTYPE_BFLOAT16 = 8,
-  LOADPLAN_DTYPE_FLOAT32 = 9,
-  LOADPLAN_DTYPE_FLOAT64 = 10,
-  LOADPLAN_DTYPE_FLOAT8_E4M3FN = 11,
-  LOADPLAN_DTYPE_FLOAT8_E5M2 = 12,
-  LOADPLAN_DTYPE_FLOAT8_E4M3FNUZ = 13,
-  LOADPLAN_DTYPE_FLOAT8_E5M2FNUZ = 14,
-  LOADPLAN_DTYPE_FLOAT8_E8M0FNU = 15,
-  LOADPLAN_DTYPE_COMPLEX64 = 16,
-  LOADPLAN_DTYPE_COMPLEX128 = 17,
-  LOADPLAN_DTYPE_UINT16 = 18,
-  LOADPLAN_DTYPE_UINT32 = 19,
-  LOADPLAN_DTYPE_UINT64 = 20,
+#define LOADPLAN_DTYPE_ENUM_(e, code, name, bytes, mlir) LOADPLAN_DTYPE_##e = code,
+  LOADPLAN_DTYPES(LOADPLAN_DTYPE_ENUM_)
+#undef LOADPLAN_DTYPE_ENUM_
   LOADPLAN_DTYPE_COUNT_ = 21,
 } loadplan_dtype_t;
 
 /* Bytes per element of `dtype`; 0 for an unknown code. */
 static inline size_t loadplan_dtype_size(uint32_t dtype) {
   switch (dtype) {
-  case LOADPLAN_DTYPE_BOOL:
-  case LOADPLAN_DTYPE_UINT8:
-  case LOADPLAN_DTYPE_INT8:
-  case LOADPLAN_DTYPE_FLOAT8_E4M3FN:
-  case LOADPLAN_DTYPE_FLOAT8_E5M2:
-  case LOADPLAN_DTYPE_FLOAT8_E4M3FNUZ:
-  case LOADPLAN_DTYPE_FLOAT8_E5M2FNUZ:
-  case LOADPLAN_DTYPE_FLOAT8_E8M0FNU:
-    return 1;
-  case LOADPLAN_DTYPE_INT16:
-  case LOADPLAN_DTYPE_UINT16:
-  case LOADPLAN_DTYPE_FLOAT16:
-  case LOADPLAN_DTYPE_BFLOAT16:
-    return 2;
-  case LOADPLAN_DTYPE_INT32:
-  case LOADPLAN_DTYPE_UINT32:
-  case LOADPLAN_DTYPE_FLOAT32:
-    return 4;
-  case LOADPLAN_DTYPE_INT64:
-  case LOADPLAN_DTYPE_UINT64:
-  case LOADPLAN_DTYPE_FLOAT64:
-  case LOADPLAN_DTYPE_COMPLEX64:
-    return 8;
-  case LOADPLAN_DTYPE_COMPLEX128:
-    return 16;
+#define LOADPLAN_DTYPE_SIZE_(e, code, name, bytes, mlir)                       \
+  case code:                                                                   \
+    return bytes;
+    LOADPLAN_DTYPES(LOADPLAN_DTYPE_SIZE_)
+#undef LOADPLAN_DTYPE_SIZE_
   default:
     return 0;
   }
@@ -123,14 +113,29 @@ static inline size_t loadplan_dtype_size(uint32_t dtype) {
 /* torch's name of a dtype code ("bfloat16", "float8_e4m3fn", ...); "invalid"
  * for an unknown code. */
 static inline const char *loadplan_dtype_name(uint32_t dtype) {
-  static const char *const names[LOADPLAN_DTYPE_COUNT_] = {
-      "invalid",       "bool",           "uint8",           "int8",
-      "int16",         "int32",          "int64",           "float16",
-      "bfloat16",      "float32",        "float64",         "float8_e4m3fn",
-      "float8_e5m2",   "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
-      "complex64",     "complex128",     "uint16",          "uint32",
-      "uint64"};
-  return dtype < LOADPLAN_DTYPE_COUNT_ ? names[dtype] : "invalid";
+  switch (dtype) {
+#define LOADPLAN_DTYPE_NAME_(e, code, name, bytes, mlir)                       \
+  case code:                                                                   \
+    return name;
+    LOADPLAN_DTYPES(LOADPLAN_DTYPE_NAME_)
+#undef LOADPLAN_DTYPE_NAME_
+  default:
+    return "invalid";
+  }
+}
+
+/* The MLIR element type of a dtype code as IR text spells it ("bf16",
+ * "f8E4M3FN", "complex<f32>", ...); "" for an unknown code. */
+static inline const char *loadplan_dtype_mlir_type(uint32_t dtype) {
+  switch (dtype) {
+#define LOADPLAN_DTYPE_MLIR_(e, code, name, bytes, mlir)                       \
+  case code:                                                                   \
+    return mlir;
+    LOADPLAN_DTYPES(LOADPLAN_DTYPE_MLIR_)
+#undef LOADPLAN_DTYPE_MLIR_
+  default:
+    return "";
+  }
 }
 
 #define LOADPLAN_FNV1A64_INIT 0xcbf29ce484222325ull
