@@ -4,23 +4,18 @@
     loadplan.load_planned(model, plan, weights)     # every update
     assert loadplan.verify(make_model, metadata)    # byte for byte
 
-See docs/python.md.
+See docs/python.md. The modules: plan.py (the data model), planning.py
+(``plan_loads``), apply.py (``load_planned``), checks.py, capture/,
+transfer/, verification.py, export.py (torch.export), cli.py, vllm/ (the
+vLLM weight-transfer backend).
 """
 
-from .api import (
-    Box,
-    Entry,
-    LoadPlan,
-    ParamMeta,
-    PlanError,
-    Write,
-    check_plannable,
-    compile_ir,
-    load_planned,
-    plan_loads,
-)
+from .apply import load_planned
 from .capture import capture
+from .checks import check_plannable
 from .export import export_loader
+from .plan import Box, Entry, LoadPlan, ParamMeta, PlanError, Write
+from .planning import compile_ir, plan_loads
 from .transfer import Receiver, Schedule, Sender, TransferError, TransferStats
 from .verification import Mismatch, VerifyResult, random_weights, verify
 

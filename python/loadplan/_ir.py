@@ -10,41 +10,14 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from . import _native, _runtime
+
 INT64_MAX = (1 << 63) - 1
 
-# torch dtype -> MLIR element type, for every dtype the plan format has a code
-# for (runtime/include/loadplan/plan_format.h).
+# torch dtype -> MLIR element type, from the runtime's one dtype table
+# (LOADPLAN_DTYPES in runtime/include/loadplan/plan_format.h).
 _ELEMENT_TYPES: dict[torch.dtype, str] = {
-    torch.bfloat16: "bf16",
-    torch.float16: "f16",
-    torch.float32: "f32",
-    torch.float64: "f64",
-    torch.bool: "i1",
-    torch.int8: "i8",
-    torch.uint8: "ui8",
-    torch.int16: "i16",
-    torch.int32: "i32",
-    torch.int64: "i64",
-    torch.complex64: "complex<f32>",
-    torch.complex128: "complex<f64>",
-}
-for _name, _type in [
-    ("float8_e4m3fn", "f8E4M3FN"),
-    ("float8_e5m2", "f8E5M2"),
-    ("float8_e4m3fnuz", "f8E4M3FNUZ"),
-    ("float8_e5m2fnuz", "f8E5M2FNUZ"),
-    ("float8_e8m0fnu", "f8E8M0FNU"),
-    ("uint16", "ui16"),
-    ("uint32", "ui32"),
-    ("uint64", "ui64"),
-]:
-    if hasattr(torch, _name):  # older torch lacks some of these
-        _ELEMENT_TYPES[getattr(torch, _name)] = _type
-
-# The plan's dtype names (getDtypeCodeName in lib/Transforms/Plan.cpp) are
-# torch's attribute names.
-_BY_PLAN_NAME: dict[str, torch.dtype] = {
-    str(dtype).removeprefix("torch."): dtype for dtype in _ELEMENT_TYPES
+    dtype: _native.dtype_mlir_type(code) for dtype, code in _runtime.DTYPE_CODES.items()
 }
 
 
@@ -58,14 +31,6 @@ def element_type(dtype: torch.dtype) -> str:
         return _ELEMENT_TYPES[dtype]
     except KeyError:
         raise ValueError(f"load plan: dtype {dtype} is not supported") from None
-
-
-def dtype_from_plan(name: str) -> torch.dtype:
-    """The torch dtype of a plan's dtype name ("bfloat16", ...)."""
-    try:
-        return _BY_PLAN_NAME[name]
-    except KeyError:
-        raise ValueError(f"load plan: unknown dtype {name!r} in the plan") from None
 
 
 def tensor_type(shape: Sequence[int], dtype: torch.dtype) -> str:

@@ -7,7 +7,7 @@ which takes plain integers. This module reads those off torch tensors: the
 live layout of each target (``data_ptr``, byte offset, storage size, dtype
 code, shape, stride) and the pointer, dtype and shape of each incoming
 tensor, and passes a whole batch in one call. It knows nothing of load
-plans' Python side (api.py), so transfer code can bind and apply with it too.
+plans' Python side (plan.py), so transfer code can bind and apply with it too.
 
 Errors are the runtime's: ``StatusError`` (a ``RuntimeError``, with
 ``code`` and ``code_name``), and its subclasses ``InvalidPlan`` and
@@ -30,8 +30,14 @@ InvalidUpdate = _native.InvalidUpdate
 FingerprintMismatch = _native.FingerprintMismatch
 Plan = _native.Plan
 
-# Status codes (loadplan_status_code_t) callers test for.
-UNAVAILABLE = 7
+STATUS_CODES: dict[str, int] = dict(_native.STATUS_CODES)
+"""The runtime's status codes (loadplan_status_code_t) by name."""
+
+
+def status_code(name: str) -> int:
+    """The runtime's code of status ``name`` ("invalid_update", ...)."""
+    return STATUS_CODES[name]
+
 
 DEVICE_CPU, DEVICE_CUDA = 0, 1
 
@@ -73,7 +79,8 @@ def open_plan(source: bytes | str | os.PathLike) -> Plan:
 def fingerprint_mismatch(message: str) -> FingerprintMismatch:
     """The runtime's error for a layout found wrong before asking it."""
     error = FingerprintMismatch(message)
-    error.code, error.code_name = 4, "fingerprint_mismatch"
+    error.code = status_code("fingerprint_mismatch")
+    error.code_name = "fingerprint_mismatch"
     return error
 
 

@@ -12,6 +12,10 @@
     Plans a loader exported with ``loadplan.export_loader`` (a torch.export
     archive), through ``loadplan-translate`` and the same pipeline.
 
+``loadplan schedule show FILE [--summary]``
+    Prints a transfer schedule file (``loadplan.Schedule.save``): its
+    summary and ranks, then every piece by (sender, receiver).
+
 ``loadplan demo``
     Plans the bundled Llama-style model at TP=2 for both ranks, prints each
     report, verifies each plan byte for byte against ``load_weights``, and
@@ -32,7 +36,8 @@ from typing import Any
 
 import torch
 
-from . import api
+from .apply import load_planned
+from .planning import plan_loads
 from .verification import random_weights, verify
 
 # Sizes for the demo: big enough that an update moves real bytes, small
@@ -85,7 +90,7 @@ def _plan(args: argparse.Namespace) -> int:
         return _plan_export(args)
     factory = _factory(args.factory)
     model, metadata = factory(tp_rank=args.tp_rank, tp_size=args.tp_size)
-    plan = api.plan_loads(model, metadata, dump_ir=args.dump_ir)
+    plan = plan_loads(model, metadata, dump_ir=args.dump_ir)
     print(plan.report, end="")
     if args.json:
         Path(args.json).write_text(plan.json)
@@ -125,7 +130,7 @@ def _demo(args: argparse.Namespace) -> int:
     for rank in range(tp):
         model, metadata = llama.make(tp_rank=rank, tp_size=tp, **DEMO_SIZES)
         print(f"-- rank {rank}")
-        plan = api.plan_loads(model, metadata, dump_ir=args.dump_ir)
+        plan = plan_loads(model, metadata, dump_ir=args.dump_ir)
         print(plan.report, end="")
 
         result = verify(
@@ -138,7 +143,7 @@ def _demo(args: argparse.Namespace) -> int:
             print(f"rank {rank}: NOT verified\n{result}")
 
         weights = random_weights(metadata, seed=rank)
-        planned = _best_time(lambda: api.load_planned(model, plan, weights), args.repeat)
+        planned = _best_time(lambda: load_planned(model, plan, weights), args.repeat)
         with torch.no_grad():
             direct = _best_time(lambda: model.load_weights(weights), args.repeat)
         nbytes = sum(t.numel() * t.element_size() for _, t in weights)
@@ -150,6 +155,18 @@ def _demo(args: argparse.Namespace) -> int:
             f"load_weights {direct * 1e3:.2f} ms ({direct / planned:.1f}x)"
         )
     return 0 if ok else 1
+
+
+def _schedule_show(args: argparse.Namespace) -> int:
+    from .transfer import Schedule, TransferError
+
+    try:
+        schedule = Schedule.load(args.file)
+    except (OSError, TransferError) as e:
+        print(f"loadplan: {e}", file=sys.stderr)
+        return 1
+    sys.stdout.write(schedule.text(pieces=not args.summary))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -172,6 +189,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dump-ir", help="write captured and compiled IR and JSON here")
     p.add_argument("--names", action="store_true", help="list every name")
     p.set_defaults(run=_plan)
+
+    s = sub.add_parser("schedule", help="inspect transfer schedules")
+    s_sub = s.add_subparsers(dest="schedule_command", required=True)
+    show = s_sub.add_parser("show", help="print a schedule file")
+    show.add_argument("file")
+    show.add_argument("--summary", action="store_true", help="no per-piece listing")
+    show.set_defaults(run=_schedule_show)
 
     d = sub.add_parser("demo", help="plan, verify and time the bundled Llama-style model")
     d.add_argument("--tp-size", type=int, default=2)

@@ -40,7 +40,9 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .api import ParamMeta, _declare, check_plannable, compile_ir
+from .checks import check_plannable, declare
+from .plan import ParamMeta
+from .planning import compile_ir
 
 logger = logging.getLogger("loadplan")
 
@@ -167,7 +169,7 @@ def export_loader(
             docs/torch-export.md).
     """
     check_plannable(model)
-    metas = _declare(metadata)
+    metas = declare(metadata)
     example = {
         name: torch.empty(meta.shape, dtype=meta.dtype) for name, meta in metas.items()
     }

@@ -14,7 +14,10 @@ from typing import Any
 
 import torch
 
-from .api import LoadPlan, ParamMeta, _declare, load_planned, plan_loads
+from .apply import load_planned
+from .checks import declare
+from .plan import LoadPlan, ParamMeta
+from .planning import plan_loads
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,8 @@ def random_weights(
     return out
 
 
-def _tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+def model_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer of ``model`` that holds data, by name."""
     out: dict[str, torch.Tensor] = {}
     for name, t in list(model.named_parameters()) + list(model.named_buffers()):
         if t is not None and not t.is_meta:
@@ -83,12 +87,12 @@ def _tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def _same_bytes(source: torch.nn.Module, dest: torch.nn.Module) -> None:
+def copy_bytes(source: torch.nn.Module, dest: torch.nn.Module) -> None:
     """Makes every storage of ``dest``'s tensors hold ``source``'s bytes, so
     that bytes no loader writes compare equal."""
-    ours = _tensors(dest)
+    ours = model_tensors(dest)
     done: set[int] = set()
-    for name, t in _tensors(source).items():
+    for name, t in model_tensors(source).items():
         d = ours.get(name)
         if d is None:
             continue
@@ -111,7 +115,8 @@ def _as_bytes(t: torch.Tensor) -> torch.Tensor:
     return flat.contiguous().view(torch.uint8)
 
 
-def _first_difference(name: str, a: torch.Tensor, b: torch.Tensor, rnd: int) -> Mismatch | None:
+def first_difference(name: str, a: torch.Tensor, b: torch.Tensor, rnd: int) -> Mismatch | None:
+    """The first element where ``a`` and ``b`` differ byte-wise, or None."""
     if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
         return Mismatch(name, (), (a.dtype, tuple(a.shape)), (b.dtype, tuple(b.shape)), rnd)
     ba, bb = _as_bytes(a), _as_bytes(b)
@@ -149,10 +154,10 @@ def verify(
     ``seed + 1``, ...) go through the same plan. The result names each
     tensor that differs with its first differing element.
     """
-    metas = list(_declare(metadata).values())
+    metas = list(declare(metadata).values())
     reference = _model(model_factory())
     planned = _model(model_factory())
-    _same_bytes(reference, planned)
+    copy_bytes(reference, planned)
     plan = plan_loads(planned, metas)
 
     result = VerifyResult(ok=True, plan=plan, rounds=rounds)
@@ -161,15 +166,15 @@ def verify(
         with torch.no_grad():
             reference.load_weights([(n, t.clone()) for n, t in weights])
         load_planned(planned, plan, [(n, t.clone()) for n, t in weights])
-        ours = _tensors(planned)
-        theirs = _tensors(reference)
+        ours = model_tensors(planned)
+        theirs = model_tensors(reference)
         result.tensors = len(theirs)
         for name, t in theirs.items():
             other = ours.get(name)
             if other is None:
                 result.mismatches.append(Mismatch(name, (), "present", "missing", rnd))
                 continue
-            mismatch = _first_difference(name, t, other, rnd)
+            mismatch = first_difference(name, t, other, rnd)
             if mismatch is not None:
                 result.mismatches.append(mismatch)
         if result.mismatches:

@@ -61,4 +61,5 @@ NB_MODULE(_native, m) {
       "module) and 'remarks'. Raises CompileError with the diagnostics.");
 
   loadplan_python::defineRuntime(m);
+  loadplan_python::defineTransfer(m);
 }

@@ -24,12 +24,13 @@
 #include <vector>
 
 namespace nb = nanobind;
+using namespace loadplan_python;
 
 namespace {
 
 /// The exception classes, made once at import.
 struct Errors {
-  nb::object base, invalidPlan, fingerprintMismatch, invalidUpdate;
+  nb::object base, invalidPlan, fingerprintMismatch, invalidUpdate, transfer;
 };
 
 Errors &errors() {
@@ -39,28 +40,6 @@ Errors &errors() {
 
 nb::object newError(const char *name, const char *doc, PyObject *bases) {
   return nb::steal(PyErr_NewExceptionWithDoc(name, doc, bases, nullptr));
-}
-
-/// Raises the Python error of a non-NULL status, and frees it.
-void check(loadplan_status_t status) {
-  if (!status)
-    return;
-  loadplan_status_code_t code = loadplan_status_code(status);
-  std::string message = loadplan_status_message(status);
-  loadplan_status_free(status);
-  Errors &e = errors();
-  nb::object cls = e.base;
-  if (code == LOADPLAN_STATUS_INVALID_PLAN)
-    cls = e.invalidPlan;
-  else if (code == LOADPLAN_STATUS_FINGERPRINT_MISMATCH)
-    cls = e.fingerprintMismatch;
-  else if (code == LOADPLAN_STATUS_INVALID_UPDATE)
-    cls = e.invalidUpdate;
-  nb::object exc = cls(message);
-  exc.attr("code") = static_cast<int>(code);
-  exc.attr("code_name") = loadplan_status_code_name(code);
-  PyErr_SetObject(cls.ptr(), exc.ptr());
-  throw nb::python_error();
 }
 
 std::vector<int64_t> ints(const int64_t *values, uint32_t n) {
@@ -76,14 +55,8 @@ nb::tuple boxOf(const int64_t *boxes, uint32_t rank, uint32_t b) {
   return nb::tuple(dims);
 }
 
-/// A reference-counted runtime plan.
-class Plan {
-public:
-  explicit Plan(loadplan_plan_t *plan) : plan(plan) {}
-  Plan(const Plan &) = delete;
-  Plan &operator=(const Plan &) = delete;
-  ~Plan() { loadplan_plan_release(plan); }
-
+/// The Python methods of Plan.
+struct PlanMethods {
   static Plan *fromBytes(nb::bytes data) {
     loadplan_plan_t *plan = nullptr;
     loadplan_status_t status;
@@ -107,9 +80,9 @@ public:
     return new Plan(plan);
   }
 
-  nb::dict summary() const {
+  static nb::dict summary(const Plan &p) {
     loadplan_plan_summary_t s;
-    check(loadplan_plan_summary(plan, &s));
+    check(loadplan_plan_summary(p.plan, &s));
     nb::dict out;
     out["fingerprint"] = s.fingerprint;
     out["storages"] = s.num_storages;
@@ -124,15 +97,15 @@ public:
     return out;
   }
 
-  uint64_t storageSize(uint32_t index) const {
+  static uint64_t storageSize(const Plan &p, uint32_t index) {
     uint64_t size = 0;
-    check(loadplan_plan_storage(plan, index, &size));
+    check(loadplan_plan_storage(p.plan, index, &size));
     return size;
   }
 
-  nb::dict target(uint32_t index) const {
+  static nb::dict target(const Plan &p, uint32_t index) {
     loadplan_target_info_t t;
-    check(loadplan_plan_target(plan, index, &t));
+    check(loadplan_plan_target(p.plan, index, &t));
     nb::dict out;
     out["module"] = std::string(t.module, t.module_size);
     out["tensor"] = std::string(t.tensor, t.tensor_size);
@@ -146,9 +119,9 @@ public:
 
   /// An entry with its boxes and writes, as the JSON plan spells them
   /// (dtype as a code, kind as its name).
-  nb::dict entry(uint32_t index) const {
+  static nb::dict entry(const Plan &p, uint32_t index) {
     loadplan_entry_info_t e;
-    check(loadplan_plan_entry(plan, index, &e));
+    check(loadplan_plan_entry(p.plan, index, &e));
     nb::dict out;
     out["name"] = std::string(e.name, e.name_size);
     static const char *const kinds[] = {"direct", "fallback", "unneeded"};
@@ -164,7 +137,7 @@ public:
     nb::list writes;
     for (uint32_t w = 0; w < e.num_writes; ++w) {
       loadplan_write_info_t wi;
-      check(loadplan_plan_write(plan, index, w, &wi));
+      check(loadplan_plan_write(p.plan, index, w, &wi));
       nb::dict region;
       region["offset"] = wi.offset;
       region["shape"] = ints(wi.shape, wi.rank);
@@ -179,33 +152,46 @@ public:
     return out;
   }
 
-  uint32_t findEntry(const std::string &name) const {
+  static uint32_t findEntry(const Plan &p, const std::string &name) {
     uint32_t index = 0;
-    check(loadplan_plan_find_entry(plan, name.data(), name.size(), &index));
+    check(loadplan_plan_find_entry(p.plan, name.data(), name.size(), &index));
     return index;
   }
 
-  loadplan_plan_t *plan;
-};
-
-/// Layouts as Python gives them: (data, byte_offset, storage_size, dtype,
-/// shape, stride) per target, in plan order.
-using LayoutTuple = std::tuple<uintptr_t, uint64_t, uint64_t, uint32_t,
-                               std::vector<int64_t>, std::vector<int64_t>>;
-
-std::vector<loadplan_target_layout_t>
-toLayouts(const std::vector<LayoutTuple> &in) {
-  std::vector<loadplan_target_layout_t> out(in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    const auto &[data, offset, size, dtype, shape, stride] = in[i];
-    if (shape.size() != stride.size())
-      throw nb::value_error("a layout's shape and stride differ in rank");
-    out[i] = {
-        reinterpret_cast<void *>(data),      offset,       size,         dtype,
-        static_cast<uint32_t>(shape.size()), shape.data(), stride.data()};
+  /// Every checkpoint name, in plan order.
+  static nb::list names(const Plan &p) {
+    loadplan_plan_summary_t s;
+    check(loadplan_plan_summary(p.plan, &s));
+    nb::list out;
+    for (uint32_t i = 0; i < s.num_entries; ++i) {
+      loadplan_entry_info_t e;
+      check(loadplan_plan_entry(p.plan, i, &e));
+      out.append(nb::str(e.name, e.name_size));
+    }
+    return out;
   }
-  return out;
-}
+
+  /// The targets some write goes to, in plan order.
+  static std::vector<uint32_t> writtenTargets(const Plan &p) {
+    loadplan_plan_summary_t s;
+    check(loadplan_plan_summary(p.plan, &s));
+    std::vector<bool> written(s.num_targets);
+    for (uint32_t i = 0; i < s.num_entries; ++i) {
+      loadplan_entry_info_t e;
+      check(loadplan_plan_entry(p.plan, i, &e));
+      for (uint32_t w = 0; w < e.num_writes; ++w) {
+        loadplan_write_info_t wi;
+        check(loadplan_plan_write(p.plan, i, w, &wi));
+        written[wi.target] = true;
+      }
+    }
+    std::vector<uint32_t> out;
+    for (uint32_t t = 0; t < s.num_targets; ++t)
+      if (written[t])
+        out.push_back(t);
+    return out;
+  }
+};
 
 /// A plan bound to live memory.
 class Binding {
@@ -341,6 +327,43 @@ private:
 
 } // namespace
 
+void loadplan_python::check(loadplan_status_t status, bool transfer) {
+  if (!status)
+    return;
+  loadplan_status_code_t code = loadplan_status_code(status);
+  std::string message = loadplan_status_message(status);
+  loadplan_status_free(status);
+  Errors &e = errors();
+  nb::object cls = e.base;
+  if (transfer)
+    cls = e.transfer;
+  else if (code == LOADPLAN_STATUS_INVALID_PLAN)
+    cls = e.invalidPlan;
+  else if (code == LOADPLAN_STATUS_FINGERPRINT_MISMATCH)
+    cls = e.fingerprintMismatch;
+  else if (code == LOADPLAN_STATUS_INVALID_UPDATE)
+    cls = e.invalidUpdate;
+  nb::object exc = cls(transfer ? "load plan: " + message : message);
+  exc.attr("code") = static_cast<int>(code);
+  exc.attr("code_name") = loadplan_status_code_name(code);
+  PyErr_SetObject(cls.ptr(), exc.ptr());
+  throw nb::python_error();
+}
+
+std::vector<loadplan_target_layout_t>
+loadplan_python::toLayouts(const std::vector<LayoutTuple> &in) {
+  std::vector<loadplan_target_layout_t> out(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    const auto &[data, offset, size, dtype, shape, stride] = in[i];
+    if (shape.size() != stride.size())
+      throw nb::value_error("a layout's shape and stride differ in rank");
+    out[i] = {
+        reinterpret_cast<void *>(data),      offset,       size,         dtype,
+        static_cast<uint32_t>(shape.size()), shape.data(), stride.data()};
+  }
+  return out;
+}
+
 void loadplan_python::defineRuntime(nb::module_ &m) {
   Errors &e = errors();
   e.base = newError("loadplan._native.StatusError",
@@ -357,25 +380,38 @@ void loadplan_python::defineRuntime(nb::module_ &m) {
   e.fingerprintMismatch = newError(
       "loadplan._native.FingerprintMismatch",
       "The live layout is not the one the plan was made for.", e.base.ptr());
+  e.transfer = newError("loadplan._native.TransferError",
+                        "A transfer call failed; raised on every rank of a failed "
+                        "collective, with the first failing rank's message.",
+                        e.base.ptr());
   m.attr("StatusError") = e.base;
+  m.attr("TransferError") = e.transfer;
+  // The runtime's status codes by name ("invalid_update": 5, ...).
+  nb::dict codes;
+  for (int c = LOADPLAN_STATUS_OK; c <= LOADPLAN_STATUS_INTERNAL; ++c)
+    codes[loadplan_status_code_name(static_cast<loadplan_status_code_t>(c))] = c;
+  m.attr("STATUS_CODES") = codes;
   m.attr("InvalidPlan") = e.invalidPlan;
   m.attr("InvalidUpdate") = e.invalidUpdate;
   m.attr("FingerprintMismatch") = e.fingerprintMismatch;
 
   nb::class_<Plan>(m, "Plan", "A checked plan file, held by the runtime")
-      .def_static("from_bytes", &Plan::fromBytes, nb::arg("data"),
+      .def_static("from_bytes", &PlanMethods::fromBytes, nb::arg("data"),
                   "Parses and checks plan bytes.")
-      .def_static("from_file", &Plan::fromFile, nb::arg("path"),
+      .def_static("from_file", &PlanMethods::fromFile, nb::arg("path"),
                   "Reads and checks a plan file.")
-      .def("summary", &Plan::summary,
+      .def("summary", &PlanMethods::summary,
            "Counts, bytes and the fingerprint (an int).")
-      .def("storage_size", &Plan::storageSize, nb::arg("index"))
-      .def("target", &Plan::target, nb::arg("index"),
+      .def("storage_size", &PlanMethods::storageSize, nb::arg("index"))
+      .def("target", &PlanMethods::target, nb::arg("index"),
            "Target `index` as the plan recorded it (dtype as a code).")
-      .def("entry", &Plan::entry, nb::arg("index"),
+      .def("entry", &PlanMethods::entry, nb::arg("index"),
            "Entry `index`: name, kind, dtype code, shape, reason, boxes, "
            "writes.")
-      .def("find_entry", &Plan::findEntry, nb::arg("name"))
+      .def("find_entry", &PlanMethods::findEntry, nb::arg("name"))
+      .def("names", &PlanMethods::names, "Every checkpoint name, in order.")
+      .def("written_targets", &PlanMethods::writtenTargets,
+           "Indices of the targets some write goes to, in order.")
       .def(
           "check_layout",
           [](Plan &p, const std::vector<LayoutTuple> &layouts) {
@@ -409,6 +445,12 @@ void loadplan_python::defineRuntime(nb::module_ &m) {
   m.def(
       "dtype_name", [](uint32_t code) { return loadplan_dtype_name(code); },
       nb::arg("code"), "torch's name of a plan dtype code ('invalid' if none)");
+  m.def(
+      "dtype_mlir_type",
+      [](uint32_t code) { return loadplan_dtype_mlir_type(code); },
+      nb::arg("code"),
+      "The MLIR element type of a plan dtype code as IR text spells it "
+      "('' if none)");
   m.attr("DTYPE_COUNT") = static_cast<int>(LOADPLAN_DTYPE_COUNT_);
   m.def(
       "cuda_device_count",

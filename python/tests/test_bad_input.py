@@ -23,7 +23,7 @@ import loadplan
 from loadplan import LoadPlan, _runtime, transfer
 from loadplan.examples import deepseek_mla, fp8, llama, qwen2_moe
 from loadplan.transfer import Schedule, TransferError, backend_available
-from loadplan.verification import _tensors, random_weights
+from loadplan.verification import model_tensors, random_weights
 
 EXAMPLES = {"llama": llama, "qwen2_moe": qwen2_moe, "deepseek_mla": deepseek_mla, "fp8": fp8}
 HEX = "0x[0-9a-f]{16}"
@@ -33,7 +33,7 @@ def live_bytes(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The bytes of the whole storage of every parameter and buffer."""
     return {
         name: torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage()).clone()
-        for name, t in _tensors(model).items()
+        for name, t in model_tensors(model).items()
     }
 
 
@@ -465,7 +465,7 @@ def test_a_bad_transfer_fails_every_rank_and_leaves_the_receiver(receivers, row,
     model, plan = ends[r.get("model", "tp1")]
     sizes = {}
     if "damage" in r:  # what rank 0 hands every rank
-        build = transfer._build_from
+        build = transfer.schedule.build_from
 
         class Damaged:
             def __init__(self, schedule):
@@ -476,7 +476,7 @@ def test_a_bad_transfer_fails_every_rank_and_leaves_the_receiver(receivers, row,
                 sizes.update(payload=len(data) - 40, payload_less=len(data) - 41)
                 return r["damage"](data)
 
-        monkeypatch.setattr(transfer, "_build_from", lambda *args: Damaged(build(*args)))
+        monkeypatch.setattr(transfer.endpoints, "build_from", lambda *args: Damaged(build(*args)))
 
     def make_sender(common):
         return loadplan.Sender(metas, rank=0, debug_fail_round=r.get("fail_round", -1), **common)

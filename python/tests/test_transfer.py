@@ -165,20 +165,20 @@ def _model(sc: dict, tp_rank: int, tp_size: int):
 
 def _mismatch(reference, model) -> str | None:
     """The first tensor of ``model`` whose bytes differ from ``reference``'s."""
-    from loadplan.verification import _first_difference, _tensors
+    from loadplan.verification import first_difference, model_tensors
 
-    ours = _tensors(model)
-    for name, t in _tensors(reference).items():
-        m = _first_difference(name, t, ours[name], 0)
+    ours = model_tensors(model)
+    for name, t in model_tensors(reference).items():
+        m = first_difference(name, t, ours[name], 0)
         if m is not None:
             return str(m)
     return None
 
 
 def _snapshot(model) -> dict:
-    from loadplan.verification import _tensors
+    from loadplan.verification import model_tensors
 
-    return {name: t.detach().clone() for name, t in _tensors(model).items()}
+    return {name: t.detach().clone() for name, t in model_tensors(model).items()}
 
 
 def _rank_main(names: list[str], rank: int, world: int, tmp: str, ports: list[int]) -> None:
@@ -202,7 +202,7 @@ def _run_scenario(name: str, rank: int, world: int, tmp: str, port: int) -> dict
     import torch
 
     import loadplan
-    from loadplan.verification import _same_bytes, random_weights
+    from loadplan.verification import copy_bytes, random_weights
 
     sc = SCENARIOS[name]
     senders, receivers = sc["senders"], sc["receivers"]
@@ -219,7 +219,7 @@ def _run_scenario(name: str, rank: int, world: int, tmp: str, port: int) -> dict
         tp_rank = rank - senders
         reference, _ = _model(sc, tp_rank, receivers)
         model, _ = _model(sc, tp_rank, receivers)
-        _same_bytes(reference, model)
+        copy_bytes(reference, model)
         plan = loadplan.plan_loads(model, metadata)
         result["needed"] = sum(e.nbytes for e in plan.entries.values())
         result["model_bytes"] = sum(m.dtype.itemsize * prod(m.shape) for m in metadata)
@@ -257,7 +257,7 @@ def _run_failures(name: str, rank: int, world: int, tmp: str, port: int) -> dict
     import torch
 
     import loadplan
-    from loadplan.verification import _same_bytes, random_weights
+    from loadplan.verification import copy_bytes, random_weights
 
     sc = dict(model="llama", sizes={})
     meet = _rendezvous("init_method", rank, world, tmp, port)
@@ -271,7 +271,7 @@ def _run_failures(name: str, rank: int, world: int, tmp: str, port: int) -> dict
     else:
         reference, _ = _model(sc, rank - 1, 2)
         model, _ = _model(sc, rank - 1, 2)
-        _same_bytes(reference, model)
+        copy_bytes(reference, model)
         plan = loadplan.plan_loads(model, metadata)
         end = loadplan.Receiver(model, plan, atomic=True, **common)
         before = _snapshot(model)

@@ -1,6 +1,6 @@
 """Transfer schedules and the Python API in one process: ``Schedule.build``
 from real plans (bytes moved per engine, the printout, the file round trip
-and ``python -m loadplan.transfer show``), refusals, argument errors, and
+and ``loadplan schedule show``), refusals, argument errors, and
 one Sender and one Receiver on two threads over Gloo."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch.distributed as dist
 import loadplan
 from loadplan.examples import fp8, llama
 from loadplan.transfer import Schedule, backend_available, shard_box
-from loadplan.verification import _first_difference, _same_bytes, _tensors, random_weights
+from loadplan.verification import first_difference, copy_bytes, model_tensors, random_weights
 
 pytestmark = pytest.mark.skipif(not backend_available("gloo"), reason="built without Gloo")
 
@@ -75,7 +75,7 @@ def test_the_file_round_trips_and_prints(tp2, tmp_path):
     assert "sender 1 (rank 1) -> receiver 0 (rank 2):" in text
     path = tmp_path / "tp2.schedule"
     s.save(path)
-    out = subprocess.run([sys.executable, "-m", "loadplan.transfer", "show", str(path),
+    out = subprocess.run([sys.executable, "-m", "loadplan.cli", "schedule", "show", str(path),
                           "--summary"], capture_output=True, text=True, check=True).stdout
     assert out == s.text(pieces=False)
     assert "->" not in out
@@ -128,7 +128,7 @@ def test_a_sender_and_a_receiver_on_two_threads():
     fallbacks; a HashStore in memory for the rendezvous."""
     model, metadata = fp8.make(tp_rank=0, tp_size=1)
     reference, _ = fp8.make(tp_rank=0, tp_size=1)
-    _same_bytes(reference, model)
+    copy_bytes(reference, model)
     plan = loadplan.plan_loads(model, metadata)
     store = dist.HashStore()
     weights = dict(random_weights(metadata, 3))
@@ -157,9 +157,9 @@ def test_a_sender_and_a_receiver_on_two_threads():
     assert not errors, errors
     with torch.no_grad():
         reference.load_weights([(n, t.clone()) for n, t in weights.items()])
-    ours = _tensors(model)
-    for name, t in _tensors(reference).items():
-        assert _first_difference(name, t, ours[name], 0) is None
+    ours = model_tensors(model)
+    for name, t in model_tensors(reference).items():
+        assert first_difference(name, t, ours[name], 0) is None
     needed = sum(e.nbytes for e in plan.entries.values())
     assert ends["receiver_stats"].bytes_received == needed
     assert ends["sender_stats"].bytes_sent == needed

@@ -46,6 +46,9 @@ typedef enum loadplan_backend_t {
 LOADPLAN_API loadplan_status_t loadplan_backend_available(uint32_t backend,
                                                           int32_t *out_available);
 
+/* "gloo", "nccl"; NULL for an unknown backend. */
+LOADPLAN_API const char *loadplan_backend_name(uint32_t backend);
+
 /* A key-value store the caller implements for rendezvous (e.g. over
  * torch.distributed's TCPStore). Used only during
  * loadplan_comm_create_gloo, from the calling thread. */

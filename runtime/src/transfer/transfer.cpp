@@ -223,6 +223,17 @@ const char *loadplan_engine_name(uint32_t engine) {
   }
 }
 
+const char *loadplan_backend_name(uint32_t backend) {
+  switch (backend) {
+  case LOADPLAN_BACKEND_GLOO:
+    return "gloo";
+  case LOADPLAN_BACKEND_NCCL:
+    return "nccl";
+  default:
+    return nullptr;
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Transfer engines
 //===----------------------------------------------------------------------===//

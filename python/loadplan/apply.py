@@ -1,0 +1,77 @@
+"""Applying: ``load_planned`` loads one update of full checkpoint tensors
+as a plan says, direct names through the runtime in one call, fallbacks
+through ``model.load_weights``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from . import checks
+from .plan import LoadPlan
+
+
+def load_planned(
+    model: torch.nn.Module,
+    plan: LoadPlan,
+    weights: Iterable[tuple[str, torch.Tensor]],
+) -> None:
+    """Load full checkpoint tensors as ``plan`` says: copy each direct name's
+    boxes into its destinations, skip names this rank needs nothing of, and
+    pass fallbacks to ``model.load_weights`` in arrival order.
+
+    Direct names go through the runtime in one call per batch (bound on
+    first use, see ``LoadPlan.bind``): CPU targets with its thread pool,
+    CUDA targets on torch's current stream (incoming tensors in pageable
+    host memory are first copied to the device). Incoming tensors that are
+    not contiguous are made contiguous first.
+
+    The whole batch is checked first (names in the plan, each once, shapes
+    and dtypes as declared, the model's tensors where the plan saw them,
+    then the runtime's own checks): nothing is written unless all of it is
+    valid.
+
+    Raises:
+        ValueError: a name is not in the plan or sent twice, or a tensor
+            does not match its declaration.
+        RuntimeError: the model's tensors are not the ones the plan was
+            made for.
+    """
+    batch = list(weights)
+    checks.check_batch(plan, batch)
+    checks.check_layout(model, plan)
+
+    direct, fallbacks = [], []
+    for name, full in batch:
+        kind = plan.entries[name].kind
+        if kind == "fallback":
+            fallbacks.append((name, full))
+        elif kind == "direct":
+            direct.append((name, full))
+    state = plan.runtime
+    if state.binding is None and state.unusable is None:
+        plan.bind()
+    with torch.no_grad():
+        if state.binding is not None:
+            # One call for the whole batch; the runtime checks it all
+            # before it writes a byte.
+            state.binding.apply_tensors(direct)
+        else:
+            copy_with_torch(plan, direct)
+        if fallbacks:
+            model.load_weights(fallbacks)
+
+
+def copy_with_torch(plan: LoadPlan, direct: list[tuple[str, torch.Tensor]]) -> None:
+    """What the runtime does, one ``copy_`` per destination: for targets
+    the runtime cannot bind (on several devices, say)."""
+    for name, full in direct:
+        for d in plan.dests(name):
+            part = full if d.whole else full[d.index]
+            if d.split:
+                # The region splits box dims; splitting a dim is always
+                # a view, so this copies nothing.
+                part = part.view(d.view.shape)
+            d.view.copy_(part)

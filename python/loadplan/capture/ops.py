@@ -1,0 +1,69 @@
+"""What the capture knows of aten ops: which read a tensor's values, which
+read only its metadata, which write a constant, and helpers over their
+arguments."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+META = torch.device("meta")
+
+def op_name(func: Any) -> str:
+    """``aten.mul.Tensor``; the default overload without its suffix."""
+    name = str(func)
+    return name.removesuffix(".default")
+
+
+# Ops that read a trace's values.
+VALUE_READS = {
+    aten._local_scalar_dense,
+    aten.item,
+    aten.equal,
+    aten.is_nonzero,
+    aten.allclose,
+}
+# Queries a dispatcher may route through a subclass; they read no values.
+METADATA_QUERIES = {
+    aten.sym_size,
+    aten.sym_stride,
+    aten.sym_numel,
+    aten.sym_storage_offset,
+    aten.size,
+    aten.stride,
+    aten.is_same_size,
+}
+# Ops that read only their arguments' metadata.
+METADATA_OPS = METADATA_QUERIES | {
+    aten.empty_like,
+    aten.zeros_like,
+    aten.ones_like,
+    aten.full_like,
+    aten.new_empty,
+    aten.new_empty_strided,
+    aten.new_zeros,
+    aten.new_ones,
+    aten.new_full,
+}
+# Ops that write a constant, or a real tensor's values, into their first
+# argument and read only the others.
+CONSTANT_WRITES = {aten.fill_, aten.zero_, aten.copy_}
+
+
+def normalize(dim: int, rank: int) -> int:
+    return dim + rank if dim < 0 else dim
+
+
+def written_args(func: Any, args: tuple, kwargs: dict) -> list[tuple[int, Any]]:
+    """(position, value) of the arguments ``func`` writes (in place or out=)."""
+    schema = getattr(func, "_schema", None)
+    out = []
+    for i, arg in enumerate(getattr(schema, "arguments", ())):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
+        if value is not None:
+            out.append((i, value))
+    return out

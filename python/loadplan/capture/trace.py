@@ -1,0 +1,486 @@
+"""Traces: the data-free stand-ins for incoming checkpoint tensors, and the
+sink that records what a loader does with them as loadplan IR lines."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import torch
+import torch.utils._pytree as pytree
+
+from .. import _ir
+from .ops import (
+    CONSTANT_WRITES,
+    METADATA_QUERIES,
+    META,
+    VALUE_READS,
+    aten,
+    op_name,
+    written_args,
+)
+from .targets import Targets
+from .views import VIEW_HANDLERS
+
+# The reason a copy gets when its destination cannot be written as elements
+# of its own dtype relative to any target (see Sink._copy).
+ELEMENT_SIZE_REASON = "copies into a destination viewed with another element size"
+
+
+
+@dataclass(frozen=True)
+class TargetRead:
+    """A ``read_target`` line, kept only if some name writes its storage:
+    reading a buffer no checkpoint tensor goes into (an expert map, say) is
+    the loader's own business."""
+
+    storage: str
+    line: str
+
+
+class Record:
+    """One checkpoint name's block: the ops its traces went through."""
+
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: torch.dtype):
+        self.name = name
+        self.shape = shape
+        self.dtype = dtype
+        self.lines: list[str | TargetRead] = []
+        self._next = 0
+
+    def fresh(self) -> str:
+        value = f"%{self._next}"
+        self._next += 1
+        return value
+
+
+class TraceTensor(torch.Tensor):
+    """A data-free stand-in for an incoming checkpoint tensor or a view of
+    it. ``_meta`` is a meta tensor with the same layout (views of it keep
+    torch's storage offsets, which ``as_strided`` needs); ``_value`` is its
+    SSA value in its name's block."""
+
+    _sink: Sink
+    _record: Record
+    _value: str
+    _meta: torch.Tensor
+
+    @staticmethod
+    def __new__(cls, sink: Sink, record: Record, value: str, meta: torch.Tensor):
+        r = torch.Tensor._make_wrapper_subclass(
+            cls,
+            meta.shape,
+            strides=meta.stride(),
+            storage_offset=meta.storage_offset(),
+            dtype=meta.dtype,
+            device=META,
+            requires_grad=False,
+        )
+        r._sink = sink
+        r._record = record
+        r._value = value
+        r._meta = meta
+        return r
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        pass
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        traces = [
+            a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TraceTensor)
+        ]
+        return traces[0]._sink.dispatch(func, args, kwargs, traces)
+
+    # Reads that do not go through an op the dispatcher sees.
+    def tolist(self) -> NoReturn:
+        self._sink.value_read(self, "tolist")
+
+    def numpy(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._sink.value_read(self, "numpy")
+
+    def __array__(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._sink.value_read(self, "__array__")
+
+    def __repr__(self, *args: Any, **kwargs: Any) -> str:
+        return (
+            f"TraceTensor({self._record.name!r}, shape={tuple(self.shape)}, "
+            f"dtype={self.dtype})"
+        )
+
+
+class Stopped(Exception):
+    """A loader needs a trace's values, or an op on it fails on meta: the
+    loader cannot go on. ``name`` is the trace's name."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+
+class TraceUsedAfterPlanning(RuntimeError):
+    """A trace was used after its capture ended."""
+
+
+def to_meta(a: Any) -> Any:
+    """A trace's meta tensor; any other tensor as a meta tensor."""
+    if isinstance(a, TraceTensor):
+        return a._meta
+    if isinstance(a, torch.Tensor):
+        return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=META)
+    if isinstance(a, torch.device):
+        return META
+    return a
+
+
+def elem_type_or_bytes(t: torch.Tensor) -> str:
+    """The IR type of a result without a layout. A dtype the IR lacks is
+    spelt as i8: such a value is only ever a reason, never a write."""
+    if _ir.has_element_type(t.dtype):
+        return _ir.tensor_type(t.shape, t.dtype)
+    return _ir.tensor_type(t.shape, torch.int8)
+
+
+class Sink:
+    """One capture: the records of every name, and the handlers the traces
+    and the guard call."""
+
+    def __init__(self, targets: Targets, metas: Mapping[str, Any]):
+        self.targets = targets
+        self.metas = metas
+        self.records: dict[str, Record] = {}
+        # The name last handed to load_weights, or last copied from: a real
+        # op that reads a target is recorded in its block.
+        self.current: Record | None = None
+        # Constant writes before the first name arrived.
+        self.pending: list[str] = []
+        # Storages a name writes (copy_ or an in-place op from a trace).
+        self.written: set[str] = set()
+        self.closed = False
+
+    # -- names -------------------------------------------------------------
+
+    def weights(self, names: list[str]) -> Iterator[tuple[str, torch.Tensor]]:
+        for name in names:
+            meta = self.metas[name]
+            shape, dtype = tuple(meta.shape), meta.dtype
+            # A name handed out again (the loader read ahead of a stop)
+            # starts a fresh block: its earlier trace is never replayed.
+            record = Record(name, shape, dtype)
+            if not self.records and self.pending:
+                record.lines.extend(self.pending)
+                self.pending.clear()
+            self.records[name] = record
+            self.current = record
+            incoming = torch.empty(shape, dtype=dtype, device=META)
+            yield name, TraceTensor(self, record, "%w", incoming)
+
+    def _check_open(self, trace: TraceTensor) -> None:
+        if self.closed:
+            raise TraceUsedAfterPlanning(
+                f"load plan: a planning trace of {trace._record.name!r} was used "
+                "after planning; a loader keeps an incoming tensor across "
+                "load_weights calls, which the load plan does not support"
+            )
+
+    def _emit(self, record: Record, line: str) -> None:
+        record.lines.append(line)
+
+    def _emit_current(self, line: str) -> None:
+        if self.current is not None:
+            self.current.lines.append(line)
+        else:
+            self.pending.append(line)
+
+    # -- events that stop the loader ----------------------------------------
+
+    def value_read(self, trace: TraceTensor, op: str) -> NoReturn:
+        self._check_open(trace)
+        t = trace._meta
+        self._emit(
+            trace._record,
+            f"loadplan.value_read {trace._value} op {_ir.string(op)} "
+            f": {_ir.tensor_type(t.shape, t.dtype)}",
+        )
+        raise Stopped(trace._record.name)
+
+    def _meta_failure(self, func: Any, traces: list[TraceTensor], error: Exception):
+        record = traces[0]._record
+        own = [t for t in traces if t._record is record]
+        values = ", ".join(t._value for t in own)
+        types = ", ".join(_ir.tensor_type(t.shape, t.dtype) for t in own)
+        self._emit(
+            record,
+            f"loadplan.meta_failure {_ir.string(op_name(func))} ({values}) : {types}",
+        )
+        raise Stopped(record.name) from error
+
+    # -- ops on traces -------------------------------------------------------
+
+    def dispatch(self, func: Any, args: tuple, kwargs: dict, traces: list) -> Any:
+        self._check_open(traces[0])
+        packet = func.overloadpacket
+        if packet in VALUE_READS:
+            self.value_read(traces[0], op_name(func))
+        if packet is aten.copy_:
+            if not isinstance(args[0], TraceTensor):
+                return self._copy(args[0], args[1], func, args, kwargs)
+            return self.apply(func, args, kwargs, traces)
+        if packet in METADATA_QUERIES:
+            return func(*pytree.tree_map(to_meta, args), **kwargs)
+        src = args[0] if args else None
+        only_src = isinstance(src, TraceTensor) and len(traces) == 1
+        if only_src:
+            handler = VIEW_HANDLERS.get(packet)
+            if handler is not None:
+                return handler(self, func, src, args, kwargs)
+            if packet is aten.detach_:
+                return src
+            if packet is aten.clone:
+                return self._unary(func, src, args, kwargs, "clone")
+            if packet is aten._to_copy:
+                return self._to_copy(func, src, args, kwargs)
+            if func.is_view:
+                view = self._generic_view(func, src, args, kwargs)
+                if view is not None:
+                    return view
+        return self.apply(func, args, kwargs, traces)
+
+    def run_meta(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        return func(*pytree.tree_map(to_meta, args), **pytree.tree_map(to_meta, kwargs))
+
+    def _new(self, record: Record, value: str, meta: torch.Tensor) -> TraceTensor:
+        return TraceTensor(self, record, value, meta)
+
+    def view_op(
+        self, src: TraceTensor, out: torch.Tensor, op: str, attrs: str = ""
+    ) -> TraceTensor:
+        """Emits ``%r = loadplan.<op> %src <attrs> : in -> out``."""
+        record = src._record
+        value = record.fresh()
+        attrs = f" {attrs}" if attrs else ""
+        in_type = _ir.tensor_type(src.shape, src.dtype)
+        if op in ("alias", "clone"):
+            sig = in_type
+        else:
+            sig = f"{in_type} -> {_ir.tensor_type(out.shape, out.dtype)}"
+        self._emit(record, f"{value} = loadplan.{op} {src._value}{attrs} : {sig}")
+        return self._new(record, value, out)
+
+    def _unary(self, func, src, args, kwargs, op: str) -> TraceTensor:
+        out = self.run_meta(func, args, kwargs)
+        return self.view_op(src, out, op)
+
+    def _to_copy(self, func, src: TraceTensor, args, kwargs) -> TraceTensor:
+        out = self.run_meta(func, args, {**kwargs, "device": META})
+        if out.dtype == src.dtype:
+            return self.view_op(src, out, "clone")
+        if not _ir.has_element_type(out.dtype):
+            return self.apply(func, args, kwargs, [src])
+        return self.view_op(src, out, "convert")
+
+    def _generic_view(self, func, src: TraceTensor, args, kwargs):
+        """Any other view in the input's dtype, as the as_strided torch
+        computed (one per output)."""
+        out = self.run_meta(func, args, kwargs)
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        if not outs or not all(
+            isinstance(o, torch.Tensor) and o.dtype == src.dtype for o in outs
+        ):
+            return None
+        views = [
+            self.view_op(
+                src, o, "as_strided", _ir.layout(o.storage_offset(), o.shape, o.stride())
+            )
+            for o in outs
+        ]
+        return type(out)(views) if isinstance(out, (list, tuple)) else views[0]
+
+    def _copy(self, dest: torch.Tensor, src: Any, func, args, kwargs) -> torch.Tensor:
+        """``dest.copy_(src)`` with a real ``dest`` and a trace ``src``."""
+        # torch's own checks (shapes that do not broadcast, ...), on meta.
+        self.run_meta(func, args, kwargs)
+        record = src._record
+        self.current = record
+        src_type = _ir.tensor_type(src.shape, src.dtype)
+        target, offset = self.targets.locate(dest)
+        op = _ir.string(op_name(func))
+        if target is None or not _ir.has_element_type(dest.dtype):
+            self._emit(record, f"loadplan.write_other {op} ({src._value}) : {src_type}")
+            return dest
+        self.written.add(target.storage)
+        if offset is None:
+            # The IR holds destinations in elements of their own dtype from
+            # a target's first byte; this one has no such offset.
+            self._emit(
+                record,
+                f"loadplan.apply {op} ({src._value}) "
+                f"{{reason = {_ir.string(ELEMENT_SIZE_REASON)}}} : ({src_type}) -> ()",
+            )
+            self._emit(
+                record,
+                f"loadplan.inplace_write {op} ({src._value}) into @{target.symbol} "
+                f": {src_type}",
+            )
+        else:
+            self._emit(
+                record,
+                f"loadplan.copy {src._value} to @{target.symbol} "
+                f"{_ir.layout(offset, dest.shape, dest.stride())} "
+                f"as {_ir.element_type(dest.dtype)} : {src_type}",
+            )
+        return dest
+
+    def apply(self, func, args: tuple, kwargs: dict, traces: list) -> Any:
+        """Any other op: run on meta copies of its arguments, so it writes
+        no real tensor; its tensor results are traces without a layout."""
+        first = traces[0]
+        record = first._record
+        own = [t for t in traces if t._record is record]
+        names = list(dict.fromkeys(t._record.name for t in traces if t._record is not record))
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        meta_flat = [to_meta(a) for a in flat]
+        meta_args, meta_kwargs = pytree.tree_unflatten(meta_flat, spec)
+        try:
+            out = func(*meta_args, **meta_kwargs)
+        except Exception as e:  # no meta kernel, a shape error, ...
+            self._meta_failure(func, traces, e)
+        originals = {id(m): a for m, a in zip(meta_flat, flat) if isinstance(a, torch.Tensor)}
+
+        op = _ir.string(op_name(func))
+        values = ", ".join(t._value for t in own)
+        in_types = ", ".join(_ir.tensor_type(t.shape, t.dtype) for t in own)
+        written = [
+            v
+            for _, value in written_args(func, args, kwargs)
+            for v in pytree.tree_leaves(value)
+            if isinstance(v, torch.Tensor) and not isinstance(v, TraceTensor)
+        ]
+        if written:
+            # Writes a real tensor from a trace: the write happens on meta
+            # only, and the name falls back.
+            if names:
+                self._emit(
+                    record,
+                    f"loadplan.apply {op} ({values}) {{names = {_ir.string_array(names)}}} "
+                    f": ({in_types}) -> ()",
+                )
+            for real in written:
+                target, _ = self.targets.locate(real)
+                into = ""
+                if target is not None:
+                    into = f" into @{target.symbol}"
+                    self.written.add(target.storage)
+                self._emit(
+                    record, f"loadplan.inplace_write {op} ({values}){into} : {in_types}"
+                )
+
+        # Tensor results: new traces, or a trace written in place, which
+        # gets the result as its new value.
+        out_flat, out_spec = pytree.tree_flatten(out)
+        results: list[tuple[int, torch.Tensor]] = []
+        wrapped: list[Any] = []
+        for o in out_flat:
+            if not isinstance(o, torch.Tensor):
+                wrapped.append(o)
+                continue
+            original = originals.get(id(o))
+            if original is not None and not isinstance(original, TraceTensor):
+                wrapped.append(original)  # a real tensor written in place
+                continue
+            results.append((len(wrapped), o))
+            wrapped.append(original)
+        result_values = [record.fresh() for _ in results]
+        attrs = []
+        if names and not written:
+            attrs.append(f"names = {_ir.string_array(names)}")
+        attr_text = f" {{{', '.join(attrs)}}}" if attrs else ""
+        if results or not written:
+            out_types = ", ".join(elem_type_or_bytes(o) for _, o in results)
+            if len(results) != 1:
+                out_types = f"({out_types})"
+            lhs = f"{', '.join(result_values)} = " if results else ""
+            self._emit(
+                record,
+                f"{lhs}loadplan.apply {op} ({values}){attr_text} : ({in_types}) -> {out_types}",
+            )
+        for (k, o), value in zip(results, result_values):
+            if isinstance(wrapped[k], TraceTensor):
+                wrapped[k]._value = value  # written in place: a new value
+            else:
+                wrapped[k] = self._new(record, value, o)
+        return pytree.tree_unflatten(wrapped, out_spec)
+
+    # -- real ops (from the guard) ------------------------------------------
+
+    def check_reads(self, func: Any, args: tuple, kwargs: dict) -> None:
+        """Records a real op's reads of target storages."""
+        if self.current is None:
+            return
+        constant = func.overloadpacket in CONSTANT_WRITES
+        write_only = {
+            i for i, _ in written_args(func, args, kwargs) if constant
+        }
+        out_names = {
+            a.name
+            for a in getattr(func._schema, "arguments", ())
+            if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write
+        }
+        leaves = [
+            a
+            for i, arg in enumerate(args)
+            if i not in write_only
+            for a in pytree.tree_leaves(arg)
+        ] + [
+            a for k, v in kwargs.items() if k not in out_names for a in pytree.tree_leaves(v)
+        ]
+        seen: set[str] = set()
+        for a in leaves:
+            if not isinstance(a, torch.Tensor) or a.is_meta:
+                continue
+            on_storage = self.targets.on_storage(a)
+            if on_storage and on_storage[0].storage not in seen:
+                seen.add(on_storage[0].storage)
+                line = (
+                    f"loadplan.read_target @{on_storage[0].symbol} "
+                    f"op {_ir.string(op_name(func))}"
+                )
+                self.current.lines.append(TargetRead(on_storage[0].storage, line))
+
+    def constant_write(self, func: Any, dest: torch.Tensor) -> None:
+        if not isinstance(dest, torch.Tensor) or not _ir.has_element_type(dest.dtype):
+            return
+        target, offset = self.targets.locate(dest)
+        if target is None or offset is None:
+            return  # only coverage needs it
+        self._emit_current(
+            f"loadplan.constant_write {_ir.string(op_name(func))} @{target.symbol} "
+            f"{_ir.layout(offset, dest.shape, dest.stride())} "
+            f"as {_ir.element_type(dest.dtype)}"
+        )
+
+    # -- the IR --------------------------------------------------------------
+
+    def ir(self, title: str) -> str:
+        lines = [f"// {title}", "module {"]
+        lines += [f"  {line}" for line in self.targets.ir()]
+        for name, meta in self.metas.items():
+            shape, dtype = tuple(meta.shape), meta.dtype
+            lines.append(
+                f"  loadplan.checkpoint {_ir.string(name)} "
+                f": {_ir.tensor_type(shape, dtype)} (%w) {{"
+            )
+            record = self.records.get(name)
+            for line in record.lines if record is not None else ():
+                if isinstance(line, TargetRead):
+                    if line.storage not in self.written:
+                        continue
+                    line = line.line
+                lines.append(f"    {line}")
+            lines.append("  }")
+        lines.append("}")
+        return "\n".join(lines) + "\n"

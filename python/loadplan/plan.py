@@ -1,0 +1,505 @@
+"""The load plan's data model: ``ParamMeta``, ``Entry``, ``Write`` and
+``LoadPlan``.
+
+A ``LoadPlan`` is the binary plan file, held by the runtime
+(``loadplan._native.Plan``), bound to one model's live tensors. Its entries
+are decoded from the runtime's plan when they are first asked for, so a
+plan of tens of thousands of names costs nothing in Python until it is read;
+``plan_loads`` (planning.py) and ``LoadPlan.load`` build it the same way,
+from the plan's bytes. ``LoadPlan.json`` is the plan in the compiler's JSON
+form, for people and tests, made on first use.
+"""
+
+from __future__ import annotations
+
+import json as _json
+import logging
+import os
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from math import prod
+from pathlib import Path
+
+import torch
+
+from . import _runtime, checks
+from .capture import Target, Targets
+
+logger = logging.getLogger("loadplan")
+
+Box = tuple[tuple[int, int], ...]
+"""One ``[start, stop)`` per dim of the checkpoint tensor."""
+
+
+@dataclass(frozen=True)
+class ParamMeta:
+    """A checkpoint tensor as the trainer sends it."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise TypeError(f"load plan: a name must be a str, got {self.name!r}")
+        shape = tuple(int(n) for n in self.shape)
+        if any(n < 0 for n in shape):
+            raise ValueError(f"load plan: {self.name!r} has a negative size {shape}")
+        if not isinstance(self.dtype, torch.dtype):
+            raise TypeError(f"load plan: {self.name!r} has no torch dtype: {self.dtype!r}")
+        object.__setattr__(self, "shape", shape)
+
+
+@dataclass(frozen=True)
+class Write:
+    """A box of the checkpoint tensor copied into a region of a target:
+    ``as_strided`` arguments relative to the target's first byte, in
+    checkpoint-dtype elements."""
+
+    target: str  # module.tensor of the parameter or buffer
+    box: Box
+    offset: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What the plan says of one checkpoint name."""
+
+    name: str
+    kind: str  # 'direct' | 'fallback' | 'unneeded'
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    reason: str | None
+    # The parts this rank needs: the boxes of a direct name, the whole tensor
+    # for a fallback, None when nothing is needed.
+    boxes: tuple[Box, ...] | None
+    # Where a direct name's boxes go; None for a fallback.
+    writes: tuple[Write, ...] | None
+
+    @property
+    def nbytes(self) -> int:
+        """What an engine moves for this name on this rank."""
+        item = self.dtype.itemsize
+        if self.kind == "fallback":
+            return prod(self.shape) * item
+        return sum(prod(b - a for a, b in box) for box in self.boxes or ()) * item
+
+
+class PlanError(RuntimeError):
+    """The captured loader does not compile into a plan (a lonely fallback,
+    a name declared twice in the IR, ...); the message is the compiler's,
+    ``diagnostics`` its errors one by one."""
+
+    def __init__(self, message: str, diagnostics: list[str] | None = None):
+        super().__init__(message)
+        self.diagnostics = diagnostics or []
+
+
+@dataclass(frozen=True)
+class Dest:
+    """One write of a direct name, as torch sees it: the box, the live
+    region it goes to (a view in the checkpoint dtype) and how to cut the
+    box out of the full tensor."""
+
+    box: Box
+    view: torch.Tensor  # live, in the checkpoint dtype
+    index: tuple[slice, ...]  # the box as an index of the full tensor
+    whole: bool  # the box is the whole tensor
+    split: bool  # the region splits some of the box's dims
+
+
+@dataclass(frozen=True)
+class TargetLayout:
+    """A target as the plan saw it, to refuse a model whose tensors were
+    replaced or moved since."""
+
+    name: str
+    owner: torch.nn.Module
+    attr: str
+    tensor: torch.Tensor
+    data_ptr: int
+    storage_offset: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+
+    @staticmethod
+    def of(target: Target) -> TargetLayout:
+        t = target.real
+        return TargetLayout(
+            target.qualified_name, target.owner, target.tensor, t,
+            t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape),
+            tuple(t.stride()),
+        )
+
+    def holds(self) -> bool:
+        """Whether the model still has this tensor, where it was."""
+        owner = self.owner
+        t = owner._parameters.get(self.attr)
+        if t is None:
+            t = owner._buffers.get(self.attr)
+        return (
+            t is self.tensor
+            and t.untyped_storage().data_ptr() == self.data_ptr
+            and t.storage_offset() == self.storage_offset
+            and t.shape == self.shape
+            and t.stride() == self.stride
+        )
+
+
+def _box(raw) -> Box:
+    return tuple((int(a), int(b)) for a, b in raw)
+
+
+class Entries(Mapping[str, Entry]):
+    """A plan's entries by checkpoint name, in arrival order, each decoded
+    from the runtime's plan the first time it is asked for."""
+
+    def __init__(self, native: _runtime.Plan, target_names: list[str]):
+        self._native = native
+        self._target_names = target_names
+        self._cache: dict[str, Entry] = {}
+        self._names: list[str] | None = None
+        self._count = native.summary()["names"]
+
+    def raw(self, name: str) -> dict | None:
+        """The runtime's decoding of ``name``'s entry (target indices, region
+        dicts), or None when the plan has no such name."""
+        if not isinstance(name, str):
+            return None
+        try:
+            index = self._native.find_entry(name)
+        except _runtime.StatusError:
+            return None
+        return self._native.entry(index)
+
+    def __getitem__(self, name: str) -> Entry:
+        entry = self._cache.get(name)
+        if entry is None:
+            raw = self.raw(name)
+            if raw is None:
+                raise KeyError(name)
+            entry = self._cache[name] = self._decode(raw)
+        return entry
+
+    def _decode(self, e: dict) -> Entry:
+        kind = e["kind"]
+        writes = None
+        if kind != "fallback":
+            writes = tuple(
+                Write(self._target_names[w["target"]], _box(w["box"]), w["region"]["offset"],
+                      tuple(w["region"]["shape"]), tuple(w["region"]["stride"]))
+                for w in e["writes"]
+            )
+        return Entry(
+            name=e["name"], kind=kind, dtype=_runtime.dtype_of(e["dtype"]),
+            shape=tuple(e["shape"]), reason=e["reason"],
+            boxes=tuple(_box(b) for b in e["boxes"]) or None, writes=writes,
+        )
+
+    def __contains__(self, name: object) -> bool:
+        if name in self._cache:
+            return True
+        if not isinstance(name, str):
+            return False
+        try:
+            self._native.find_entry(name)
+        except _runtime.StatusError:
+            return False
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        if self._names is None:
+            self._names = self._native.names()
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return self._count
+
+
+@dataclass(eq=False)
+class RuntimeState:
+    """A plan's runtime side, made on first use: its binding to the live
+    targets. ``unusable`` says why there is none (targets on several
+    devices, CUDA not built in): then ``load_planned`` copies with torch
+    instead."""
+
+    binding: _runtime.Binding | None = None
+    unusable: str | None = None
+
+
+class LoadPlan:
+    """Where each declared checkpoint tensor lands on this rank.
+
+    ``entries``: per declared name, in arrival order; ``report``: the
+    compiler's report (fallbacks grouped by reason, then counts);
+    ``fingerprint``: of the live layout the plan was made for;
+    ``plan_bytes``: the binary plan file; ``ir``: the captured IR (empty
+    for a loaded plan); ``dumped``: the files ``plan_loads(dump_ir=...)``
+    wrote.
+    """
+
+    def __init__(self, native: _runtime.Plan, plan_bytes: bytes, targets: list[Target],
+                 model: torch.nn.Module, *, report: str, ir: str = "",
+                 dumped: dict[str, Path] | None = None):
+        self.native = native
+        self.plan_bytes = plan_bytes
+        self.report = report
+        self.ir = ir
+        self.dumped = dumped or {}
+        summary = native.summary()
+        self.fingerprint = f"{summary['fingerprint']:016x}"
+        self.summary = summary
+        self.targets = targets
+        self.entries: Entries = Entries(native, [t.qualified_name for t in targets])
+        # Every target of the plan, in plan order: what the runtime binds.
+        self.target_tensors: tuple[torch.Tensor, ...] = tuple(t.real for t in targets)
+        self.layouts = tuple(TargetLayout.of(targets[i]) for i in native.written_targets())
+        self._model: Callable[[], torch.nn.Module | None] = weakref.ref(model)
+        self.runtime = RuntimeState()
+        self._dests: dict[str, tuple[Dest, ...]] = {}
+        self._json: str | None = None
+
+    @property
+    def model(self) -> torch.nn.Module | None:
+        """The model the plan was made for (None once it is gone)."""
+        return self._model()
+
+    @property
+    def json(self) -> str:
+        """The plan as JSON (see docs/python.md), made on first use."""
+        if self._json is None:
+            self._json = _json.dumps(plan_json(self.native), indent=2)
+        return self._json
+
+    def get_boxes(self, name: str) -> tuple[Box, ...] | None:
+        """Parts of the checkpoint tensor this rank needs; ``None``: nothing.
+
+        For engines that send or read only those slices; an engine that
+        receives full tensors calls ``load_planned`` instead."""
+        return self.entries[name].boxes
+
+    def get_dest(self, name: str) -> list[tuple[Box, torch.Tensor]] | None:
+        """(box, live tensor) pairs: copying each box of the checkpoint
+        tensor, reshaped to its tensor's shape, into that tensor is exactly
+        what the loader would have written. ``None``: a fallback, send the
+        full tensor through ``load_weights``. Write only; never read."""
+        if self.entries[name].kind == "fallback":
+            return None
+        return [(d.box, d.view) for d in self.dests(name)]
+
+    def dests(self, name: str) -> tuple[Dest, ...]:
+        """The writes of direct ``name`` as views of the live targets."""
+        dests = self._dests.get(name)
+        if dests is None:
+            raw = self.entries.raw(name)
+            dests = () if raw is None or raw["kind"] != "direct" else self._make_dests(raw)
+            self._dests[name] = dests
+        return dests
+
+    def _make_dests(self, raw: dict) -> tuple[Dest, ...]:
+        dtype = _runtime.dtype_of(raw["dtype"])
+        shape = tuple(raw["shape"])
+        parts = []
+        for w in raw["writes"]:
+            target = self.targets[w["target"]]
+            box = _box(w["box"])
+            region = w["region"]
+            view = _storage_view(
+                target.real, target.byte_offset // dtype.itemsize + region["offset"],
+                tuple(region["shape"]), tuple(region["stride"]), dtype,
+            )
+            parts.append(Dest(
+                box, view, tuple(slice(a, b) for a, b in box),
+                all(a == 0 and b == n for (a, b), n in zip(box, shape)),
+                tuple(region["shape"]) != tuple(b - a for a, b in box),
+            ))
+        return tuple(parts)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the binary plan file (``LoadPlan.load`` reads it back)."""
+        Path(path).write_bytes(self.plan_bytes)
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike, model: torch.nn.Module, *, num_threads: int | None = None
+    ) -> LoadPlan:
+        """Reads a plan file written by ``save`` (or ``loadplan plan
+        --plan``) and binds it to ``model``'s tensors, without tracing the
+        loader again. ``num_threads``: as ``bind``.
+
+        The plan must have been made for a model with this layout: the same
+        parameters and buffers, with the same dtypes, shapes, strides and
+        byte offsets in their storages. The layout says nothing of which
+        rank a model is, so a plan of another rank with the same shapes is
+        not refused: keep one file per rank. Constant writes the loader
+        made while planning (``fill_``/``zero_`` of padding) are not in the
+        file: ``model`` should have been loaded once by its own loader, as
+        an engine's model is at start-up.
+
+        Raises:
+            InvalidPlan (a ValueError): the file is not a valid plan.
+            FingerprintMismatch (a RuntimeError): ``model``'s layout is not
+                the plan's; the message names the first target and field
+                that differ.
+            StatusError: the file cannot be read.
+        """
+        checks.check_plannable(model)
+        native = _runtime.open_plan(path)
+        targets = Targets(model).targets
+        _match_targets(native, targets)
+        native.check_layout([_runtime.layout(t.real) for t in targets])
+        plan = cls(native, Path(path).read_bytes(), targets, model,
+                   report=report(native, f"loaded from {os.fspath(path)}"))
+        log_report(plan)
+        plan.bind(num_threads=num_threads)
+        return plan
+
+    def bind(self, *, num_threads: int | None = None) -> _runtime.Binding | None:
+        """Binds the runtime to the model's tensors now (``load_planned``
+        does it on first use), replacing any earlier binding.
+        ``num_threads``: CPU executor threads (None: all hardware threads).
+        Returns the binding, or None where the runtime cannot apply this
+        plan (targets on several devices; CUDA targets with a runtime built
+        without CUDA) and ``load_planned`` copies with torch: the warning
+        logged says why.
+
+        Raises:
+            RuntimeError: the model's tensors are not the ones the plan was
+                made for.
+        """
+        if num_threads is not None and num_threads < 1:
+            raise ValueError(f"load plan: num_threads must be at least 1, got {num_threads}")
+        model = self.model
+        if model is not None:
+            checks.check_layout(model, self)
+        state = self.runtime
+        if state.binding is not None:
+            state.binding.close()
+            state.binding = None
+        state.unusable = None
+        try:
+            _runtime.device_of(self.target_tensors)
+            state.binding = _runtime.Binding(self.native, self.target_tensors,
+                                             num_threads=num_threads)
+        except ValueError as e:  # several devices, or one with no executor
+            state.unusable = str(e)
+        except _runtime.StatusError as e:
+            if e.code != _runtime.status_code("unavailable"):
+                raise
+            state.unusable = str(e)
+        if state.unusable:
+            logger.warning("load plan: copying with torch: %s", state.unusable)
+        return state.binding
+
+    @property
+    def binding(self) -> _runtime.Binding | None:
+        """The runtime binding ``load_planned`` applies through (None
+        before the first update or ``bind``, or where it copies with
+        torch)."""
+        return self.runtime.binding
+
+
+def _storage_view(
+    target: torch.Tensor, offset: int, shape: tuple[int, ...], stride: tuple[int, ...],
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """``as_strided`` of ``target``'s storage in ``dtype``; ``offset`` in
+    ``dtype`` elements from the storage's start."""
+    storage = target.untyped_storage()
+    view = torch.empty((0,), dtype=dtype, device=target.device)
+    view.set_(storage, offset, shape, stride)
+    return view
+
+
+def _match_targets(native: _runtime.Plan, targets: list[Target]) -> None:
+    """Refuse a model whose parameters and buffers are not the plan's
+    targets, naming the first that differs."""
+    planned = []
+    for i in range(native.summary()["targets"]):
+        t = native.target(i)
+        planned.append(f"{t['module']}.{t['tensor']}" if t["module"] else t["tensor"])
+    live = [t.qualified_name for t in targets]
+    for i, (p, m) in enumerate(zip(planned, live)):
+        if p != m:
+            raise _runtime.fingerprint_mismatch(
+                f"target {i} of the plan is {p!r} but the model's is {m!r}"
+            )
+    if len(planned) != len(live):
+        extra = planned[len(live)] if len(planned) > len(live) else live[len(planned)]
+        where = "the model lacks" if len(planned) > len(live) else "the plan lacks"
+        raise _runtime.fingerprint_mismatch(
+            f"the plan has {len(planned)} targets but the model {len(live)}: "
+            f"{where} {extra!r}"
+        )
+
+
+def plan_json(native: _runtime.Plan) -> dict:
+    """The plan the runtime holds, in the compiler's JSON form."""
+    summary = native.summary()
+
+    def dtype_name(code: int) -> str:
+        return str(_runtime.dtype_of(code)).removeprefix("torch.")
+
+    targets = []
+    for i in range(summary["targets"]):
+        t = native.target(i)
+        targets.append({**t, "dtype": dtype_name(t["dtype"])})
+    entries = {}
+    for i in range(summary["names"]):
+        e = native.entry(i)
+        entries[e.pop("name")] = {
+            "kind": e["kind"], "dtype": dtype_name(e["dtype"]), "shape": e["shape"],
+            "reason": e["reason"],
+            "boxes": [[list(d) for d in b] for b in e["boxes"]],
+            "writes": [
+                {**w, "box": [list(d) for d in w["box"]]} for w in e["writes"]
+            ],
+        }
+    return {
+        "version": 1,
+        "fingerprint": f"{summary['fingerprint']:016x}",
+        "targets": targets,
+        "entries": entries,
+        "stats": {
+            "names": summary["names"], "direct": summary["direct"],
+            "fallback": summary["fallback"], "unneeded": summary["unneeded"],
+            "direct_bytes": summary["direct_bytes"],
+            "fallback_bytes": summary["fallback_bytes"],
+            "writes": summary["writes"], "targets": summary["targets"],
+        },
+    }
+
+
+def report(native: _runtime.Plan, how: str) -> str:
+    """The compiler's report of a plan it did not just compile."""
+    lines = []
+    by_reason: dict[str, list[str]] = {}
+    for i in range(native.summary()["names"]):
+        e = native.entry(i)
+        if e["reason"]:
+            by_reason.setdefault(e["reason"], []).append(e["name"])
+    for reason, names in by_reason.items():
+        lines.append(f"load plan: {len(names)} fallback names, e.g. {names[:3]}: {reason}")
+    st = native.summary()
+    mib = 1 << 20
+    lines.append(
+        f"load plan: {st['names']} names: {st['direct']} direct "
+        f"({st['direct_bytes'] / mib:.1f} MiB), {st['fallback']} fallback "
+        f"({st['fallback_bytes'] / mib:.1f} MiB), {st['unneeded']} not needed on this "
+        f"rank; {how}"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def log_report(plan: LoadPlan) -> None:
+    """Every name at debug; the compiler's report (fallbacks grouped by
+    reason, then a summary) at info."""
+    if logger.isEnabledFor(logging.DEBUG):
+        for e in plan.entries.values():
+            suffix = f": {e.reason}" if e.reason else ""
+            logger.debug("load plan: %s %s (%d bytes)%s", e.kind, e.name, e.nbytes, suffix)
+    for line in plan.report.splitlines():
+        logger.info("%s", line)

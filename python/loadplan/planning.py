@@ -1,0 +1,113 @@
+"""Planning: ``plan_loads`` captures ``model.load_weights`` over data-free
+traces (capture/), compiles the IR in process (``loadplan._native``, the
+same pipeline as ``loadplan-opt --loadplan-pipeline``) and returns the
+:class:`~loadplan.plan.LoadPlan` the compiler's binary plan describes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from . import _native, _runtime, checks
+from .capture import capture
+from .plan import LoadPlan, ParamMeta, PlanError, log_report
+
+logger = logging.getLogger("loadplan")
+
+
+def _dump_paths(dump: str | os.PathLike) -> dict[str, Path]:
+    """A path ending in .mlir names the captured IR file; the compiled IR and
+    the JSON plan go beside it. Any other path is a folder that gets
+    plan-<k>.captured.mlir etc., with the first unused k."""
+    path = Path(dump)
+    if path.suffix == ".mlir":
+        stem = path.with_suffix("")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        captured = path
+    else:
+        path.mkdir(parents=True, exist_ok=True)
+        k = 0
+        while (path / f"plan-{k}.captured.mlir").exists():
+            k += 1
+        stem = path / f"plan-{k}"
+        captured = Path(f"{stem}.captured.mlir")
+    return {
+        "captured": captured,
+        "compiled": Path(f"{stem}.compiled.mlir"),
+        "json": Path(f"{stem}.plan.json"),
+    }
+
+
+def compile_ir(ir: str, source_name: str = "<captured>", print_ir: bool = False) -> dict:
+    """Compiles captured IR in process; the dict has 'json', 'plan' (bytes),
+    'report', 'ir' (when ``print_ir``) and 'remarks'.
+
+    Raises:
+        PlanError: the IR does not compile; the message is the compiler's.
+    """
+    try:
+        return _native.compile(ir, source_name, print_ir)
+    except _native.CompileError as e:
+        raise PlanError(f"load plan: {e}", list(getattr(e, "diagnostics", []))) from None
+
+
+def plan_loads(
+    model: torch.nn.Module,
+    metadata: Iterable[ParamMeta],
+    *,
+    dump_ir: str | os.PathLike | None = None,
+) -> LoadPlan:
+    """Trace ``model.load_weights`` over the declared checkpoint tensors once
+    and return where each lands on this rank.
+
+    Incoming tensors are data-free traces, so nothing is loaded; constant
+    writes (``fill_``, ``zero_``) happen, and module state a loader sets
+    stays, as after ``load_weights``. ``dump_ir`` (or the environment
+    variable ``LOADPLAN_DUMP_IR``) writes the captured IR, the compiled IR
+    and the JSON plan there, to rerun with ``loadplan-opt``.
+
+    Raises:
+        ValueError: a name is declared twice, or has a dtype no plan holds.
+        RuntimeError: the model cannot be planned (``PlanError`` when the
+            compiler refuses it).
+    """
+    checks.check_plannable(model)
+    metas = checks.declare(metadata)
+    t0 = time.perf_counter()
+    captured = capture(model, metas)
+    traced = time.perf_counter() - t0
+
+    dump = dump_ir if dump_ir is not None else os.environ.get("LOADPLAN_DUMP_IR") or None
+    paths = _dump_paths(dump) if dump else {}
+    if paths:
+        paths["captured"].write_text(captured.ir)
+        logger.info("load plan: captured IR in %s", paths["captured"])
+    source = str(paths["captured"]) if paths else "<captured>"
+    out = compile_ir(captured.ir, source, print_ir=bool(paths))
+    if paths:
+        paths["compiled"].write_text(out["ir"])
+        paths["json"].write_text(out["json"])
+        logger.info(
+            "load plan: compiled IR in %s, plan in %s", paths["compiled"], paths["json"]
+        )
+    for remark in out["remarks"]:
+        logger.debug("load plan: %s", remark)
+
+    native = _runtime.open_plan(out["plan"])
+    targets = captured.targets.targets
+    if native.summary()["targets"] != len(targets) or any(
+        (t.module, t.tensor) != (native.target(i)["module"], native.target(i)["tensor"])
+        for i, t in enumerate(targets)
+    ):
+        raise RuntimeError("load plan: the compiled plan names other targets than captured")
+    report = out["report"].rstrip("\n") + f"; traced in {traced:.2f} s\n"
+    plan = LoadPlan(native, out["plan"], targets, model, report=report, ir=captured.ir,
+                    dumped=paths)
+    log_report(plan)
+    return plan

@@ -1,0 +1,363 @@
+"""The ends of a weight transfer: ``Sender`` (a trainer rank) and
+``Receiver`` (an inference rank), over the runtime's communicators and
+transfer engines (``loadplan._native``)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .. import _native, _runtime, checks
+from ..plan import Box, LoadPlan, ParamMeta
+from .rendezvous import Rendezvous
+from .schedule import (
+    DEFAULT_STAGING_CAP,
+    Schedule,
+    TransferError,
+    backend_code,
+    build_from,
+    engine_code,
+    transfer_error,
+)
+
+
+@dataclass(frozen=True)
+class TransferStats:
+    """One update on one rank (loadplan_transfer_stats_t): bytes sent to and
+    received from other ranks, copied locally, received in place or into
+    staging, packed before sending; messages; rounds; seconds."""
+
+    bytes_sent: int
+    bytes_received: int
+    bytes_local: int
+    bytes_in_place: int
+    bytes_staged: int
+    bytes_packed: int
+    messages_sent: int
+    messages_received: int
+    rounds: int
+    updates: int
+    seconds: float
+
+
+class Endpoint:
+    """The part Sender and Receiver share: meeting the other ranks, the
+    communicator, the schedule (built on rank 0), the engine."""
+
+    role: str
+
+    def __init__(self, *, rank: int | None, world_size: int | None, num_senders: int,
+                 engine: str, backend: str, device: torch.device | str | int | None,
+                 group: Any, store: Any, init_method: str | None, name: str,
+                 host: str | None, timeout: float, staging_cap: int,
+                 num_threads: int | None, debug_fail_round: int):
+        engine_code(engine)
+        backend_code(backend)
+        self._transfer: _native.Transfer | None = None
+        self._comm: _native.Comm | None = None
+        self.engine, self.backend = engine, backend
+        self.staging_cap = int(staging_cap)
+        self._num_threads = num_threads or 0
+        self._debug_fail_round = debug_fail_round
+        self._rv = Rendezvous(rank, world_size, group=group, store=store,
+                              init_method=init_method, name=name, host=host, timeout=timeout)
+        self.rank, self.world_size = self._rv.rank, self._rv.world_size
+        if not 0 < num_senders < self.world_size:
+            raise ValueError(f"load plan: num_senders {num_senders} must leave room for "
+                             f"receivers among {self.world_size} ranks")
+        self.num_senders = num_senders
+        expected = "sender" if self.rank < num_senders else "receiver"
+        if expected != self.role:
+            raise ValueError(f"load plan: rank {self.rank} is a {expected} (ranks "
+                             f"0..{num_senders - 1} send, the others receive), not a {self.role}")
+        self.device = self._device(device)
+        self._timeout_ms = int(timeout * 1000)
+        self._host = host or "127.0.0.1"
+
+    def _device(self, device: Any) -> torch.device:
+        if self.backend == "gloo":
+            if device is not None and torch.device(device).type != "cpu":
+                raise ValueError("load plan: the gloo backend moves CPU tensors")
+            return torch.device("cpu")
+        if device is None:
+            device = torch.cuda.current_device()
+        device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+        if device.type != "cuda" or device.index is None:
+            raise ValueError(f"load plan: nccl needs a CUDA device with an index, got {device}")
+        return device
+
+    def _connect(self) -> None:
+        if self.backend == "gloo":
+            self._comm = _native.Comm.gloo(
+                self.rank, self.world_size, self._host, self._rv.store_set,
+                self._rv.store_get, f"{self._rv.prefix}/gloo/", self._timeout_ms)
+        else:
+            unique = _native.nccl_unique_id() if self.rank == 0 else None
+            unique = self._rv.broadcast(unique, "nccl_id")
+            self._comm = _native.Comm.nccl(self.rank, self.world_size, unique,
+                                           self.device.index, self._timeout_ms)
+
+    def _descriptor(self) -> dict:
+        raise NotImplementedError
+
+    def _agree_on_schedule(self) -> Schedule:
+        """Rank 0 gathers every rank's descriptor, builds the schedule and
+        hands it (or why there is none) to all."""
+        mine = dict(self._descriptor(), engine=self.engine, rank=self.rank)
+        gathered = self._rv.gather(json.dumps(mine).encode())
+        payload = None
+        if gathered is not None:
+            try:
+                payload = b"S" + build_from(
+                    [json.loads(d) for d in gathered], self.num_senders, self.world_size
+                ).to_bytes()
+            except (TransferError, ValueError) as e:
+                payload = b"E" + str(e).encode()
+        payload = self._rv.broadcast(payload, "schedule")
+        if payload[:1] == b"E":
+            raise transfer_error(f"{payload[1:].decode()} (from rank 0)", "invalid_argument")
+        return Schedule.from_bytes(payload[1:])
+
+    def _start(self, plan: _runtime.Plan | None = None, layouts: list | None = None,
+               fallbacks: list | None = None) -> None:
+        self._connect()
+        self.schedule = self._agree_on_schedule()
+        self._transfer = _native.Transfer(
+            self._comm, self.schedule.native, plan, layouts or [], fallbacks or [],
+            self._num_threads, self._debug_fail_round)
+
+    def _update(self, held: list) -> TransferStats:
+        if self._transfer is None:
+            raise RuntimeError(f"load plan: this {self.role} is closed")
+        stream = 0
+        if self.device.type == "cuda":
+            stream = torch.cuda.current_stream(self.device).cuda_stream
+        self._transfer.update(held, stream)
+        return self.stats
+
+    def _fail(self, error: Exception, code_name: str) -> None:
+        """Fails the update on every rank with ``error`` (this rank cannot
+        take part), then raises ``error`` here."""
+        if self._transfer is not None:
+            try:
+                self._transfer.fail(_runtime.status_code(code_name), str(error))
+            except TransferError:
+                pass  # the agreed error; this rank's own is more precise
+        raise error
+
+    @property
+    def stats(self) -> TransferStats:
+        """Of the last update on this rank."""
+        return TransferStats(**self._transfer.stats())
+
+    def close(self) -> None:
+        """Releases the engine and the communicator (not collective)."""
+        transfer, self._transfer = getattr(self, "_transfer", None), None
+        comm, self._comm = getattr(self, "_comm", None), None
+        if transfer is not None:
+            transfer.close()
+        if comm is not None:
+            comm.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Sender(Endpoint):
+    """A trainer rank's end of weight updates: holds ``holdings[name]`` (a
+    box, or None for the whole tensor; default: every name whole) of each
+    checkpoint tensor of ``metadata``, and sends it on each ``send``.
+
+    Ranks ``0 .. num_senders-1`` of the sync group (``rank`` of
+    ``world_size``, or ``group``) send; the others are ``Receiver``s. Making
+    one is collective: every rank of the group must make its Sender or
+    Receiver with the same ``engine``, ``num_senders`` and ``name``.
+
+    Args:
+        engine: "full", "sliced" or "m_to_n".
+        backend: "gloo" (CPU tensors) or "nccl" (CUDA tensors of ``device``).
+        group: a torch.distributed process group of exactly the sync ranks
+            (True: the default group); set-up data goes through it.
+        store / init_method: otherwise, a torch.distributed Store, or
+            "tcp://host:port" (rank 0 serves it) / "file:///path".
+        host: the address this rank listens on for Gloo (default 127.0.0.1).
+        staging_cap: bytes this rank may use to pack boxes that are not
+            contiguous in what it holds.
+        timeout: seconds any transfer may take before it fails.
+
+    Raises:
+        TransferError: on every rank, when a rank cannot set up (the message
+            is the first failing rank's).
+    """
+
+    role = "sender"
+
+    def __init__(self, metadata: Iterable[ParamMeta], *, holdings: Mapping[str, Box | None]
+                 | None = None, rank: int | None = None, world_size: int | None = None,
+                 num_senders: int, engine: str = "m_to_n", backend: str = "gloo",
+                 device: Any = None, group: Any = None, store: Any = None,
+                 init_method: str | None = None, name: str = "loadplan",
+                 host: str | None = None, timeout: float = 60.0,
+                 staging_cap: int = DEFAULT_STAGING_CAP, num_threads: int | None = None,
+                 debug_fail_round: int = -1):
+        self.metadata = {m.name: m for m in metadata}
+        if holdings is None:
+            holdings = {name: None for name in self.metadata}
+        undeclared = [n for n in holdings if n not in self.metadata]
+        if undeclared:
+            raise ValueError(f"load plan: holdings name {undeclared[:5]}, which metadata does not "
+                             "declare")
+        self.holdings = {
+            n: None if box is None else tuple((int(a), int(b)) for a, b in box)
+            for n, box in holdings.items()
+        }
+        super().__init__(rank=rank, world_size=world_size, num_senders=num_senders,
+                         engine=engine, backend=backend, device=device, group=group,
+                         store=store, init_method=init_method, name=name, host=host,
+                         timeout=timeout, staging_cap=staging_cap, num_threads=num_threads,
+                         debug_fail_round=debug_fail_round)
+        self._start()
+
+    def _descriptor(self) -> dict:
+        return {
+            "role": "sender",
+            "staging_cap": self.staging_cap,
+            "tensors": [
+                (m.name, _runtime.dtype_code(m.dtype), list(m.shape))
+                for m in self.metadata.values()
+            ],
+            "holdings": [(n, None if b is None else [list(x) for x in b])
+                         for n, b in self.holdings.items()],
+        }
+
+    def send(self, tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]
+             ) -> TransferStats:
+        """Collective: one update. ``tensors`` has this rank's part of every
+        name it holds: the box's shape, the declared dtype, on this rank's
+        device (made contiguous if it is not).
+
+        Raises:
+            ValueError: a tensor is missing, extra, or of the wrong shape,
+                dtype or device (checked before any rank moves a byte).
+            TransferError: the update failed on some rank; every rank
+                raises it.
+        """
+        try:
+            given = dict(tensors.items() if isinstance(tensors, Mapping) else tensors)
+            missing = [n for n in self.holdings if n not in given]
+            extra = [n for n in given if n not in self.holdings]
+            if missing or extra:
+                raise ValueError(f"load plan: send needs exactly the held names; missing "
+                                 f"{missing[:5]}, not held {extra[:5]}")
+            for name, box in self.holdings.items():
+                meta, t = self.metadata[name], given[name]
+                shape = meta.shape if box is None else tuple(b - a for a, b in box)
+                if (not isinstance(t, torch.Tensor) or tuple(t.shape) != shape
+                        or t.dtype != meta.dtype or t.device != self.device):
+                    what = (f"{t.dtype} {tuple(t.shape)} on {t.device}"
+                            if isinstance(t, torch.Tensor) else type(t).__name__)
+                    raise ValueError(f"load plan: {name!r} is {what}; this sender holds "
+                                     f"{meta.dtype} {shape} on {self.device}")
+                if problem := checks.not_dense(t):
+                    raise ValueError(f"load plan: {name!r} is {problem}")
+        except ValueError as e:
+            self._fail(e, "invalid_update")  # on every rank
+        held, keep = [], []
+        for name, box in self.holdings.items():
+            meta = self.metadata[name]
+            shape = meta.shape if box is None else tuple(b - a for a, b in box)
+            t = given[name].contiguous()
+            keep.append(t)
+            held.append((name, t.data_ptr(), _runtime.dtype_code(t.dtype), list(shape)))
+        stats = self._update(held)
+        del keep
+        return stats
+
+
+class Receiver(Endpoint):
+    """An inference rank's end of weight updates: receives into ``model``
+    what ``plan`` (its ``plan_loads``) needs, straight into the live
+    tensors where they are contiguous, and hands fallback names in full to
+    ``model.load_weights``. Rank ``num_senders`` and above of the sync
+    group; the arguments are ``Sender``'s.
+
+    Args:
+        atomic: stage the whole update and write live memory only after
+            every rank has succeeded (staging then holds all this rank
+            receives); otherwise a failed update may leave it partial.
+        staging_cap: bytes this rank may use for receives that cannot land
+            in place (not atomic).
+    """
+
+    role = "receiver"
+
+    def __init__(self, model: torch.nn.Module, plan: LoadPlan, *, rank: int | None = None,
+                 world_size: int | None = None, num_senders: int, engine: str = "m_to_n",
+                 atomic: bool = False, backend: str = "gloo", device: Any = None,
+                 group: Any = None, store: Any = None, init_method: str | None = None,
+                 name: str = "loadplan", host: str | None = None, timeout: float = 60.0,
+                 staging_cap: int = DEFAULT_STAGING_CAP, num_threads: int | None = None,
+                 debug_fail_round: int = -1):
+        self.model, self.plan, self.atomic = model, plan, bool(atomic)
+        checks.check_layout(model, plan)
+        super().__init__(rank=rank, world_size=world_size, num_senders=num_senders,
+                         engine=engine, backend=backend, device=device, group=group,
+                         store=store, init_method=init_method, name=name, host=host,
+                         timeout=timeout, staging_cap=staging_cap, num_threads=num_threads,
+                         debug_fail_round=debug_fail_round)
+        targets = plan.target_tensors
+        devices = {t.device for t in targets}
+        if devices - {self.device}:
+            raise ValueError(f"load plan: the model's tensors are on {sorted(map(str, devices))} "
+                             f"but this receiver moves {self.device} memory")
+        # The fallback names arrive whole, for load_weights.
+        self.fallbacks = {
+            e.name: torch.empty(e.shape, dtype=e.dtype, device=self.device)
+            for e in plan.entries.values() if e.kind == "fallback"
+        }
+        self._start(
+            plan.native,
+            [_runtime.layout(t) for t in targets],
+            [(name, b.data_ptr(), b.numel() * b.element_size())
+             for name, b in self.fallbacks.items()],
+        )
+
+    def _descriptor(self) -> dict:
+        return {
+            "role": "receiver",
+            "staging_cap": self.staging_cap,
+            "atomic": self.atomic,
+            "plan": base64.b64encode(self.plan.plan_bytes).decode(),
+        }
+
+    def receive(self) -> TransferStats:
+        """Collective: one update, then ``model.load_weights`` of the
+        fallback names (only once every rank has succeeded).
+
+        Raises:
+            RuntimeError: the model's tensors are not where the plan saw
+                them (checked before any rank moves a byte; the other ranks
+                fail the update with this message).
+            TransferError: the update failed on some rank; every rank
+                raises it.
+        """
+        try:
+            checks.check_layout(self.model, self.plan)
+        except RuntimeError as e:
+            self._fail(e, "fingerprint_mismatch")  # on every rank
+        stats = self._update([])
+        if self.fallbacks:
+            with torch.no_grad():
+                self.model.load_weights(list(self.fallbacks.items()))
+        return stats

@@ -1,0 +1,134 @@
+"""How the ranks of a transfer meet and swap their set-up data: a
+torch.distributed process group, a torch Store, or one made from an
+``init_method``; and the store the runtime's Gloo rendezvous goes through."""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import logging
+import os
+from typing import Any
+
+logger = logging.getLogger("loadplan")
+
+_SEQUENCE: dict[tuple[str, int], itertools.count] = {}
+
+
+class Rendezvous:
+    """How ranks meet and swap set-up data: a torch.distributed process
+    group (``group``; objects through it, and a TCPStore that rank 0
+    starts for Gloo's rendezvous), or a torch Store (``store``, or one made
+    from ``init_method``: ``tcp://host:port`` or ``file:///path``)."""
+
+    def __init__(self, rank: int | None, world_size: int | None, *, group: Any,
+                 store: Any, init_method: str | None, name: str, host: str | None,
+                 timeout: float):
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.group = group
+        self.timeout = datetime.timedelta(seconds=timeout)
+        if group is not None:
+            if not dist.is_initialized():
+                raise ValueError("load plan: group= needs torch.distributed to be initialized")
+            group = None if group is True else group
+            self.group = group
+            self.rank = dist.get_rank(group)
+            self.world_size = dist.get_world_size(group)
+            if (rank is not None and rank != self.rank) or (
+                world_size is not None and world_size != self.world_size
+            ):
+                raise ValueError("load plan: rank/world_size disagree with the group's")
+            self._name(name)
+            self.store = self._group_store(host or os.environ.get("MASTER_ADDR", "127.0.0.1"))
+            return
+        if rank is None or world_size is None:
+            raise ValueError("load plan: give rank and world_size (or group=)")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"load plan: rank {rank} is not in [0, {world_size})")
+        self.rank, self.world_size = rank, world_size
+        self._name(name)
+        if store is None:
+            if not init_method:
+                raise ValueError("load plan: give group=, store= or init_method=")
+            store = self._store_of(init_method)
+        self.store = store
+
+    def _name(self, name: str) -> None:
+        # Every rank makes its sync objects in the same order: counting
+        # them keeps the keys of a second one apart from the first's (per
+        # rank, so that ranks may share a process).
+        seq = next(_SEQUENCE.setdefault((name, self.rank), itertools.count()))
+        self.prefix = f"{name}.{seq}"
+
+    def _store_of(self, init_method: str) -> Any:
+        dist = self.dist
+        if init_method.startswith("tcp://"):
+            host, _, port = init_method[len("tcp://"):].rpartition(":")
+            return dist.TCPStore(host, int(port), self.world_size, self.rank == 0,
+                                 timeout=self.timeout)
+        if init_method.startswith("file://"):
+            return dist.FileStore(init_method[len("file://"):], self.world_size)
+        raise ValueError(f"load plan: init_method {init_method!r} is not tcp://host:port or "
+                         "file:///path")
+
+    def _group_store(self, host: str) -> Any:
+        """A TCPStore of the group's ranks: rank 0 starts it on a free port
+        and tells the others where through the group."""
+        dist = self.dist
+        if self.rank == 0:
+            store = dist.TCPStore(host, 0, self.world_size, True, timeout=self.timeout,
+                                  wait_for_workers=False)
+            address = [(host, store.port)]
+        else:
+            address = [None]
+        dist.broadcast_object_list(address, src=self._global(0), group=self.group)
+        if self.rank != 0:
+            store = dist.TCPStore(address[0][0], address[0][1], self.world_size, False,
+                                  timeout=self.timeout)
+        return store
+
+    def _global(self, rank: int) -> int:
+        return rank if self.group is None else self.dist.get_global_rank(self.group, rank)
+
+    def store_set(self, key: str, value: bytes) -> None:
+        """The runtime's Gloo rendezvous: stores ``value``."""
+        try:
+            self.store.set(key, value)
+        except Exception as e:  # the runtime reports it as a failed set
+            logger.debug("load plan: store set failed: %s", e)
+            raise
+
+    def store_get(self, key: str, timeout_ms: int) -> bytes:
+        """The runtime's Gloo rendezvous: waits for ``key`` and returns its
+        value (raises when it does not come)."""
+        try:
+            self.store.wait([key], datetime.timedelta(milliseconds=timeout_ms))
+            return self.store.get(key)
+        except Exception as e:  # the runtime reports it as a missing key
+            logger.debug("load plan: store get failed: %s", e)
+            raise
+
+    def gather(self, payload: bytes) -> list[bytes] | None:
+        """Every rank's payload, on rank 0 (None elsewhere)."""
+        key = f"{self.prefix}/desc"
+        self.store.set(f"{key}/{self.rank}", payload)
+        if self.rank != 0:
+            return None
+        keys = [f"{key}/{r}" for r in range(self.world_size)]
+        self.store.wait(keys, self.timeout)
+        return [self.store.get(k) for k in keys]
+
+    def broadcast(self, payload: bytes | None, what: str) -> bytes:
+        """Rank 0's payload, on every rank."""
+        if self.group is not None:
+            box = [payload]
+            self.dist.broadcast_object_list(box, src=self._global(0), group=self.group)
+            return box[0]
+        key = f"{self.prefix}/{what}"
+        if self.rank == 0:
+            self.store.set(key, payload)
+            return payload
+        self.store.wait([key], self.timeout)
+        return self.store.get(key)

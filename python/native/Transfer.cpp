@@ -1,0 +1,423 @@
+//===- Transfer.cpp - The runtime's transfers in loadplan._native -*- C++ -*-===//
+//
+// Communicators, schedules and transfer engines of the runtime
+// (runtime/include/loadplan/transfer.h), in the same module as its plans:
+// one binding of the C API, so Python has no mirror of its structs. Like
+// the plan binding it takes plain integers (data pointers, dtype codes,
+// shapes); loadplan.transfer reads them off torch tensors. Every failed call
+// raises TransferError with the runtime's code and message.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Runtime.h"
+
+#include "loadplan/transfer.h"
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace nb = nanobind;
+using namespace loadplan_python;
+
+namespace {
+
+void checkTransfer(loadplan_status_t status) { check(status, true); }
+
+/// (name, dtype, shape) of a checkpoint tensor, and (name, data, dtype,
+/// shape) of a held one, as Python passes them.
+using TensorTuple = std::tuple<std::string, uint32_t, std::vector<int64_t>>;
+using HeldTuple =
+    std::tuple<std::string, uintptr_t, uint32_t, std::vector<int64_t>>;
+/// A sender's holding: (tensor index, starts, stops); no starts and stops
+/// for the whole tensor.
+using HoldingTuple =
+    std::tuple<uint32_t, std::optional<std::vector<int64_t>>,
+               std::optional<std::vector<int64_t>>>;
+using SenderTuple =
+    std::tuple<int32_t, uint64_t, std::vector<HoldingTuple>>;
+/// (comm_rank, staging_cap, atomic, plan).
+using ReceiverTuple = std::tuple<int32_t, uint64_t, bool, Plan *>;
+/// (name, data, size_bytes) of a fallback buffer.
+using FallbackTuple = std::tuple<std::string, uintptr_t, uint64_t>;
+
+/// A store over two Python callables, for Gloo's rendezvous:
+/// set(key: str, value: bytes) and get(key: str, timeout_ms: int) -> bytes.
+/// The runtime calls them on the thread that creates the communicator,
+/// which holds no GIL meanwhile.
+struct PyStore {
+  nb::object set, get;
+
+  static int32_t setFn(void *context, const char *key, size_t keySize,
+                       const void *value, size_t valueSize) {
+    nb::gil_scoped_acquire gil;
+    try {
+      static_cast<PyStore *>(context)->set(
+          nb::str(key, keySize),
+          nb::bytes(static_cast<const char *>(value), valueSize));
+      return 0;
+    } catch (nb::python_error &) {
+      // The runtime reports a failed set.
+      return -1;
+    }
+  }
+
+  static int64_t getFn(void *context, const char *key, size_t keySize,
+                       void *out, size_t capacity, int64_t timeoutMs) {
+    nb::gil_scoped_acquire gil;
+    try {
+      nb::bytes value = nb::cast<nb::bytes>(
+          static_cast<PyStore *>(context)->get(nb::str(key, keySize), timeoutMs));
+      std::memcpy(out, value.c_str(), std::min(value.size(), capacity));
+      return static_cast<int64_t>(value.size());
+    } catch (nb::python_error &) {
+      // A missing key or a timeout: the runtime reports it as such.
+      return -1;
+    }
+  }
+};
+
+/// A communicator (reference-counted by the runtime).
+class Comm {
+public:
+  explicit Comm(loadplan_comm_t *comm) : comm(comm) {}
+  Comm(const Comm &) = delete;
+  Comm &operator=(const Comm &) = delete;
+  ~Comm() { close(); }
+
+  static Comm *gloo(int32_t rank, int32_t size, const std::string &hostname,
+                    nb::object set, nb::object get, const std::string &prefix,
+                    int64_t timeoutMs) {
+    PyStore py{std::move(set), std::move(get)};
+    loadplan_store_t store{&py, &PyStore::setFn, &PyStore::getFn};
+    loadplan_gloo_options_t options;
+    loadplan_gloo_options_init(&options);
+    options.hostname = hostname.c_str();
+    options.store = &store;
+    options.prefix = prefix.c_str();
+    options.timeout_ms = timeoutMs;
+    loadplan_comm_t *comm = nullptr;
+    loadplan_status_t status;
+    {
+      nb::gil_scoped_release release;
+      status = loadplan_comm_create_gloo(rank, size, &options, &comm);
+    }
+    checkTransfer(status);
+    return new Comm(comm);
+  }
+
+  static Comm *nccl(int32_t rank, int32_t size, nb::bytes id, int32_t device,
+                    int64_t timeoutMs) {
+    if (id.size() != LOADPLAN_NCCL_UNIQUE_ID_BYTES)
+      throw nb::value_error("an NCCL unique id has 128 bytes");
+    loadplan_comm_t *comm = nullptr;
+    loadplan_status_t status;
+    {
+      nb::gil_scoped_release release;
+      status = loadplan_comm_create_nccl(
+          rank, size, reinterpret_cast<const uint8_t *>(id.c_str()), device,
+          timeoutMs, &comm);
+    }
+    checkTransfer(status);
+    return new Comm(comm);
+  }
+
+  void close() {
+    loadplan_comm_release(comm);
+    comm = nullptr;
+  }
+
+  loadplan_comm_t *get() const {
+    if (!comm)
+      throw nb::value_error("the communicator is closed");
+    return comm;
+  }
+
+private:
+  loadplan_comm_t *comm;
+};
+
+/// A transfer schedule (reference-counted by the runtime).
+class Schedule {
+public:
+  explicit Schedule(loadplan_schedule_t *schedule) : schedule(schedule) {}
+  Schedule(const Schedule &) = delete;
+  Schedule &operator=(const Schedule &) = delete;
+  ~Schedule() { loadplan_schedule_release(schedule); }
+
+  static Schedule *build(uint32_t engine, int32_t worldSize,
+                         const std::vector<TensorTuple> &tensors,
+                         const std::vector<SenderTuple> &senders,
+                         const std::vector<ReceiverTuple> &receivers) {
+    std::vector<loadplan_checkpoint_tensor_t> ts(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const auto &[name, dtype, shape] = tensors[i];
+      ts[i] = {name.data(), name.size(), dtype,
+               static_cast<uint32_t>(shape.size()), shape.data()};
+    }
+    std::vector<std::vector<loadplan_holding_t>> held(senders.size());
+    std::vector<loadplan_sender_spec_t> ss(senders.size());
+    for (size_t i = 0; i < senders.size(); ++i) {
+      const auto &[rank, cap, holdings] = senders[i];
+      for (const auto &[tensor, starts, stops] : holdings) {
+        if (starts.has_value() != stops.has_value())
+          throw nb::value_error("a holding has starts and stops, or neither");
+        held[i].push_back({tensor, starts ? starts->data() : nullptr,
+                           stops ? stops->data() : nullptr});
+      }
+      ss[i] = {rank, cap, held[i].data(), held[i].size()};
+    }
+    std::vector<loadplan_receiver_spec_t> rs(receivers.size());
+    for (size_t i = 0; i < receivers.size(); ++i) {
+      const auto &[rank, cap, atomic, plan] = receivers[i];
+      if (!plan)
+        throw nb::value_error("a receiver has no plan");
+      rs[i] = {rank, cap, atomic ? 1u : 0u, plan->plan};
+    }
+    loadplan_schedule_spec_t spec{engine,    worldSize, ts.data(), ts.size(),
+                                  ss.data(), ss.size(), rs.data(), rs.size()};
+    loadplan_schedule_t *schedule = nullptr;
+    loadplan_status_t status;
+    {
+      nb::gil_scoped_release release;
+      status = loadplan_schedule_build(&spec, &schedule);
+    }
+    checkTransfer(status);
+    return new Schedule(schedule);
+  }
+
+  static Schedule *fromBytes(nb::bytes data) {
+    loadplan_schedule_t *schedule = nullptr;
+    checkTransfer(
+        loadplan_schedule_open_bytes(data.c_str(), data.size(), &schedule));
+    return new Schedule(schedule);
+  }
+
+  nb::bytes toBytes() const {
+    const void *data = nullptr;
+    size_t size = 0;
+    checkTransfer(loadplan_schedule_bytes(schedule, &data, &size));
+    return nb::bytes(static_cast<const char *>(data), size);
+  }
+
+  nb::dict summary() const {
+    loadplan_schedule_summary_t s;
+    checkTransfer(loadplan_schedule_summary(schedule, &s));
+    nb::dict out;
+    const char *engine = loadplan_engine_name(s.engine);
+    out["engine"] = engine ? engine : "unknown";
+    out["world_size"] = s.world_size;
+    out["fingerprint"] = s.fingerprint;
+    out["checksum"] = s.checksum;
+    out["num_tensors"] = s.num_tensors;
+    out["num_senders"] = s.num_senders;
+    out["num_receivers"] = s.num_receivers;
+    out["num_rounds"] = s.num_rounds;
+    out["num_pieces"] = s.num_pieces;
+    out["bytes_moved"] = s.bytes_moved;
+    out["bytes_between_ranks"] = s.bytes_between_ranks;
+    out["bytes_needed"] = s.bytes_needed;
+    out["bytes_in_place"] = s.bytes_in_place;
+    out["bytes_staged"] = s.bytes_staged;
+    out["bytes_packed"] = s.bytes_packed;
+    out["max_sender_staging"] = s.max_sender_staging;
+    out["max_receiver_staging"] = s.max_receiver_staging;
+    return out;
+  }
+
+  std::string text(bool pieces) {
+    const char *text = nullptr;
+    size_t size = 0;
+    checkTransfer(loadplan_schedule_text(schedule, pieces ? 1 : 0, &text, &size));
+    return std::string(text, size);
+  }
+
+  loadplan_schedule_t *schedule;
+};
+
+/// One rank's transfer engine. A receiver's layouts and fallback buffers
+/// stay here for the engine's life.
+class Transfer {
+public:
+  Transfer(Comm &comm, Schedule &schedule, Plan *plan,
+           const std::vector<LayoutTuple> &layouts,
+           const std::vector<FallbackTuple> &fallbacks, uint32_t numThreads,
+           int32_t debugFailRound)
+      : layoutTuples(layouts), fallbackTuples(fallbacks) {
+    loadplan_transfer_options_t options;
+    loadplan_transfer_options_init(&options);
+    options.num_threads = numThreads;
+    options.debug_fail_round = debugFailRound;
+    loadplan_receiver_args_t receiver{};
+    if (plan) {
+      cLayouts = toLayouts(layoutTuples);
+      for (const auto &[name, data, size] : fallbackTuples)
+        cFallbacks.push_back({name.data(), name.size(),
+                              reinterpret_cast<void *>(data), size});
+      receiver = {plan->plan,        cLayouts.data(),   cLayouts.size(),
+                  numThreads,        cFallbacks.data(), cFallbacks.size()};
+    }
+    loadplan_comm_t *c = comm.get();
+    loadplan_status_t status;
+    {
+      nb::gil_scoped_release release;
+      status = loadplan_transfer_create(c, schedule.schedule,
+                                        plan ? &receiver : nullptr, &options,
+                                        &transfer);
+    }
+    checkTransfer(status);
+  }
+  Transfer(const Transfer &) = delete;
+  Transfer &operator=(const Transfer &) = delete;
+  ~Transfer() { close(); }
+
+  void close() {
+    if (transfer) {
+      nb::gil_scoped_release release;
+      loadplan_transfer_release(transfer);
+      transfer = nullptr;
+    }
+  }
+
+  loadplan_transfer_t *get() const {
+    if (!transfer)
+      throw nb::value_error("the transfer is closed");
+    return transfer;
+  }
+
+  /// Collective: one update; `held` is every tensor a sender holds.
+  void update(const std::vector<HeldTuple> &held, uintptr_t stream) {
+    std::vector<loadplan_held_tensor_t> in(held.size());
+    for (size_t i = 0; i < held.size(); ++i) {
+      const auto &[name, data, dtype, shape] = held[i];
+      in[i] = {name.data(), name.size(), reinterpret_cast<const void *>(data),
+               dtype,       static_cast<uint32_t>(shape.size()), shape.data()};
+    }
+    loadplan_transfer_t *t = get();
+    loadplan_status_t status;
+    {
+      nb::gil_scoped_release release;
+      status = loadplan_transfer_update(t, in.data(), in.size(),
+                                        reinterpret_cast<void *>(stream));
+    }
+    checkTransfer(status);
+  }
+
+  /// Collective: fails the update on every rank with this rank's error.
+  void fail(uint32_t code, const std::string &message) {
+    loadplan_transfer_t *t = get();
+    loadplan_status_t status;
+    {
+      nb::gil_scoped_release release;
+      status =
+          loadplan_transfer_fail(t, code, message.data(), message.size());
+    }
+    checkTransfer(status);
+  }
+
+  nb::dict stats() const {
+    loadplan_transfer_stats_t s;
+    checkTransfer(loadplan_transfer_stats(get(), &s));
+    nb::dict out;
+    out["bytes_sent"] = s.bytes_sent;
+    out["bytes_received"] = s.bytes_received;
+    out["bytes_local"] = s.bytes_local;
+    out["bytes_in_place"] = s.bytes_in_place;
+    out["bytes_staged"] = s.bytes_staged;
+    out["bytes_packed"] = s.bytes_packed;
+    out["messages_sent"] = s.messages_sent;
+    out["messages_received"] = s.messages_received;
+    out["rounds"] = s.rounds;
+    out["updates"] = s.updates;
+    out["seconds"] = s.seconds;
+    return out;
+  }
+
+private:
+  std::vector<LayoutTuple> layoutTuples;
+  std::vector<FallbackTuple> fallbackTuples;
+  std::vector<loadplan_target_layout_t> cLayouts;
+  std::vector<loadplan_fallback_buffer_t> cFallbacks;
+  loadplan_transfer_t *transfer = nullptr;
+};
+
+} // namespace
+
+void loadplan_python::defineTransfer(nb::module_ &m) {
+  nb::dict engines, backends;
+  for (uint32_t e = 0; const char *name = loadplan_engine_name(e); ++e)
+    engines[name] = e;
+  for (uint32_t b = 0; const char *name = loadplan_backend_name(b); ++b)
+    backends[name] = b;
+  m.attr("ENGINES") = engines;
+  m.attr("BACKENDS") = backends;
+  m.attr("DEFAULT_STAGING_CAP") = LOADPLAN_DEFAULT_STAGING_CAP;
+
+  m.def(
+      "backend_available",
+      [](uint32_t backend) {
+        int32_t available = 0;
+        checkTransfer(loadplan_backend_available(backend, &available));
+        return available != 0;
+      },
+      nb::arg("backend"),
+      "Whether a backend code (BACKENDS) can run in this process.");
+  m.def(
+      "nccl_unique_id",
+      []() {
+        uint8_t id[LOADPLAN_NCCL_UNIQUE_ID_BYTES];
+        checkTransfer(loadplan_nccl_unique_id(id));
+        return nb::bytes(reinterpret_cast<const char *>(id), sizeof(id));
+      },
+      "A fresh NCCL unique id (128 bytes) for one rank to hand to the others.");
+
+  nb::class_<Comm>(m, "Comm", "A communicator of the runtime's transfers")
+      .def_static("gloo", &Comm::gloo, nb::arg("rank"), nb::arg("size"),
+                  nb::arg("hostname"), nb::arg("set"), nb::arg("get"),
+                  nb::arg("prefix"), nb::arg("timeout_ms"),
+                  "Collective: connects `size` ranks over TCP, meeting "
+                  "through set(key, value) and get(key, timeout_ms).")
+      .def_static("nccl", &Comm::nccl, nb::arg("rank"), nb::arg("size"),
+                  nb::arg("unique_id"), nb::arg("device"),
+                  nb::arg("timeout_ms"),
+                  "Collective: an NCCL communicator on a CUDA device.")
+      .def("close", &Comm::close, "Drops this reference now.");
+
+  nb::class_<Schedule>(m, "Schedule", "A transfer schedule")
+      .def_static("build", &Schedule::build, nb::arg("engine"),
+                  nb::arg("world_size"), nb::arg("tensors"),
+                  nb::arg("senders"), nb::arg("receivers"),
+                  "The schedule of an engine code for tensors (name, dtype, "
+                  "shape), senders (comm_rank, staging_cap, holdings of "
+                  "(tensor, starts, stops)) and receivers (comm_rank, "
+                  "staging_cap, atomic, plan).")
+      .def_static("from_bytes", &Schedule::fromBytes, nb::arg("data"),
+                  "Parses and checks schedule bytes.")
+      .def("to_bytes", &Schedule::toBytes)
+      .def("summary", &Schedule::summary)
+      .def("text", &Schedule::text, nb::arg("pieces") = true);
+
+  nb::class_<Transfer>(m, "Transfer", "One rank's transfer engine")
+      .def(nb::init<Comm &, Schedule &, Plan *, const std::vector<LayoutTuple> &,
+                    const std::vector<FallbackTuple> &, uint32_t, int32_t>(),
+           nb::arg("comm"), nb::arg("schedule"), nb::arg("plan").none(),
+           nb::arg("layouts"), nb::arg("fallbacks"), nb::arg("num_threads"),
+           nb::arg("debug_fail_round"),
+           "Collective: this rank's engine; a receiver gives its plan, its "
+           "target layouts and a buffer per fallback name, a sender None "
+           "and empty lists.")
+      .def("update", &Transfer::update, nb::arg("held"), nb::arg("stream") = 0,
+           "Collective: one update; a sender passes every tensor it holds "
+           "as (name, data, dtype, shape).")
+      .def("fail", &Transfer::fail, nb::arg("code"), nb::arg("message"),
+           "Collective: fails the update on every rank with this error.")
+      .def("stats", &Transfer::stats, "Of the last update on this rank.")
+      .def("close", &Transfer::close, "Releases the engine now.");
+}
