@@ -14,7 +14,8 @@ import torch
 
 import loadplan
 from loadplan.examples import deepseek_mla, fp8, llama, qwen2_moe
-from loadplan.examples._layers import cdiv, pad_vocab_size
+from loadplan.examples._common import cdiv
+from loadplan.examples._layers import pad_vocab_size
 from loadplan.examples.qwen2_moe import local_experts
 
 FP8 = torch.float8_e4m3fn

@@ -31,7 +31,9 @@ from collections.abc import Iterable
 
 import torch
 
-from ._layers import FP8, Config, Fp8Config, cdiv
+from ._common import FP8, cdiv
+from ._layers import Config
+from ._quant import Fp8Config
 from ._meta import Checkpoint, ParamMeta
 from .llama import LlamaForCausalLM
 
