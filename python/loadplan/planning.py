@@ -62,6 +62,7 @@ def plan_loads(
     metadata: Iterable[ParamMeta],
     *,
     dump_ir: str | os.PathLike | None = None,
+    fallback_modules: dict[str, str] | None = None,
 ) -> LoadPlan:
     """Trace ``model.load_weights`` over the declared checkpoint tensors once
     and return where each lands on this rank.
@@ -71,6 +72,10 @@ def plan_loads(
     stays, as after ``load_weights``. ``dump_ir`` (or the environment
     variable ``LOADPLAN_DUMP_IR``) writes the captured IR, the compiled IR
     and the JSON plan there, to rerun with ``loadplan-opt``.
+    ``fallback_modules`` (qualified module name -> reason) makes every name
+    whose loader copies into a tensor of one of those modules a fallback
+    with that reason: for modules whose tensors must be loaded by
+    ``load_weights`` (ones an engine processes after loading, say).
 
     Raises:
         ValueError: a name is declared twice, or has a dtype no plan holds.
@@ -80,7 +85,7 @@ def plan_loads(
     checks.check_plannable(model)
     metas = checks.declare(metadata)
     t0 = time.perf_counter()
-    captured = capture(model, metas)
+    captured = capture(model, metas, fallback_modules=fallback_modules)
     traced = time.perf_counter() - t0
 
     dump = dump_ir if dump_ir is not None else os.environ.get("LOADPLAN_DUMP_IR") or None

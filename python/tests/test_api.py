@@ -67,6 +67,27 @@ def test_plan_entries_boxes_and_destinations(mixed):
     assert plan.plan_bytes.startswith(b"LOADPLAN")
 
 
+def test_fallback_modules_make_the_names_that_copy_into_them_fallbacks():
+    from loadplan.examples import llama
+
+    model, metas = llama.make(tp_rank=0, tp_size=1)
+    qkv = "model.layers.0.self_attn.qkv_proj"
+    plan = loadplan.plan_loads(model, metas, fallback_modules={qkv: "processed after loading"})
+    for name, entry in plan.entries.items():
+        if name.startswith("model.layers.0.self_attn.") and name.split(".")[-2] in ("q_proj", "k_proj", "v_proj"):
+            assert (entry.kind, entry.reason) == ("fallback", "processed after loading"), name
+        else:
+            assert entry.kind in ("direct", "unneeded"), name
+    # A fallback still loads exactly what load_weights loads.
+    reference = llama.make(tp_rank=0, tp_size=1)[0]
+    reference.load_state_dict(model.state_dict())
+    weights = loadplan.random_weights(metas, seed=3)
+    loadplan.load_planned(model, plan, weights)
+    reference.load_weights(weights)
+    for (name, a), b in zip(model.state_dict().items(), reference.state_dict().values()):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), name
+
+
 def test_report_is_logged(mixed, caplog):
     with caplog.at_level(logging.DEBUG, logger="loadplan"):
         loadplan.plan_loads(mixed(), MIXED_METAS)

@@ -34,6 +34,7 @@ on the text) decides what is direct and why the rest falls back.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +85,13 @@ class _TargetGuard(TorchDispatchMode):
         return out
 
 
+def _own_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
+    """The parameters and buffers a module holds itself."""
+    tensors = itertools.chain(module.named_parameters(recurse=False),
+                              module.named_buffers(recurse=False))
+    return [t for _, t in tensors if t is not None]
+
+
 @dataclass
 class Capture:
     """What one capture produced: the IR text, and the targets its symbols
@@ -93,10 +101,14 @@ class Capture:
     targets: Targets
 
 
-def capture(model: torch.nn.Module, metadata: Mapping[str, Any] | Iterable[Any]) -> Capture:
+def capture(model: torch.nn.Module, metadata: Mapping[str, Any] | Iterable[Any], *,
+            fallback_modules: Mapping[str, str] | None = None) -> Capture:
     """Runs ``model.load_weights`` over one trace per declared name and
     returns the captured IR. ``metadata`` is ``ParamMeta``s in arrival order
     (or a mapping from name to them); ``plan_loads`` checks it first.
+    ``fallback_modules``: qualified module name -> reason; a name whose
+    loader copies into a parameter or buffer of one of those modules (its
+    own, not its submodules') falls back with that reason.
 
     Raises:
         RuntimeError: the loader failed, or used a trace it kept across
@@ -107,7 +119,14 @@ def capture(model: torch.nn.Module, metadata: Mapping[str, Any] | Iterable[Any])
     else:
         metas = {meta.name: meta for meta in metadata}
     targets = Targets(model)
-    sink = Sink(targets, metas)
+    # The tensors stay referenced through the capture, so their storage keys
+    # are not reused.
+    flagged = [
+        (t, reason)
+        for prefix, reason in (fallback_modules or {}).items()
+        for t in _own_tensors(model.get_submodule(prefix))
+    ]
+    sink = Sink(targets, metas, {storage_key(t): reason for t, reason in flagged})
     names = list(metas)
     start = 0
     try:

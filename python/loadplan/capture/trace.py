@@ -20,7 +20,7 @@ from .ops import (
     op_name,
     written_args,
 )
-from .targets import Targets
+from .targets import Targets, storage_key
 from .views import VIEW_HANDLERS
 
 # The reason a copy gets when its destination cannot be written as elements
@@ -149,9 +149,12 @@ class Sink:
     """One capture: the records of every name, and the handlers the traces
     and the guard call."""
 
-    def __init__(self, targets: Targets, metas: Mapping[str, Any]):
+    def __init__(self, targets: Targets, metas: Mapping[str, Any],
+                 fallback_storages: Mapping[int, str] | None = None):
         self.targets = targets
         self.metas = metas
+        # Storage key -> the reason a copy into it makes its name fall back.
+        self.fallback_storages = dict(fallback_storages or {})
         self.records: dict[str, Record] = {}
         # The name last handed to load_weights, or last copied from: a real
         # op that reads a target is recorded in its block.
@@ -309,6 +312,22 @@ class Sink:
         src_type = _ir.tensor_type(src.shape, src.dtype)
         target, offset = self.targets.locate(dest)
         op = _ir.string(op_name(func))
+        reason = self.fallback_storages.get(storage_key(dest))
+        if reason is not None:
+            # A tensor the caller says must be loaded by load_weights: the
+            # name falls back with the caller's reason.
+            self._emit(
+                record,
+                f"loadplan.apply {op} ({src._value}) "
+                f"{{reason = {_ir.string(reason)}}} : ({src_type}) -> ()",
+            )
+            if target is None:
+                self._emit(record, f"loadplan.write_other {op} ({src._value}) : {src_type}")
+            else:
+                self.written.add(target.storage)
+                self._emit(record, f"loadplan.inplace_write {op} ({src._value}) into "
+                                   f"@{target.symbol} : {src_type}")
+            return dest
         if target is None or not _ir.has_element_type(dest.dtype):
             self._emit(record, f"loadplan.write_other {op} ({src._value}) : {src_type}")
             return dest

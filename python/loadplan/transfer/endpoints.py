@@ -341,9 +341,11 @@ class Receiver(Endpoint):
             "plan": base64.b64encode(self.plan.plan_bytes).decode(),
         }
 
-    def receive(self) -> TransferStats:
+    def receive(self, *, load_fallbacks: bool = True) -> TransferStats:
         """Collective: one update, then ``model.load_weights`` of the
-        fallback names (only once every rank has succeeded).
+        fallback names (only once every rank has succeeded). With
+        ``load_fallbacks=False`` the caller loads ``self.fallbacks`` (name ->
+        the whole tensor received) itself.
 
         Raises:
             RuntimeError: the model's tensors are not where the plan saw
@@ -357,7 +359,7 @@ class Receiver(Endpoint):
         except RuntimeError as e:
             self._fail(e, "fingerprint_mismatch")  # on every rank
         stats = self._update([])
-        if self.fallbacks:
+        if self.fallbacks and load_fallbacks:
             with torch.no_grad():
                 self.model.load_weights(list(self.fallbacks.items()))
         return stats
