@@ -15,15 +15,19 @@
 
 #include "Schedule.h"
 #include "../Status.h"
+#include "loadplan/format/ByteIO.h"
 
 #include <algorithm>
 #include <cstring>
-#include <iomanip>
 #include <limits>
 #include <unordered_set>
 
 using namespace loadplan;
 using namespace loadplan::transfer;
+using loadplan_format::ByteReader;
+using loadplan_format::ByteWriter;
+using loadplan_format::Hasher;
+using loadplan_format::hex64;
 
 int64_t Tensor::itemSize() const {
   return static_cast<int64_t>(loadplan_dtype_size(dtype));
@@ -38,86 +42,55 @@ namespace {
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
-std::string hex64(uint64_t v) {
-  std::ostringstream os;
-  os << "0x" << std::hex << std::setw(16) << std::setfill('0') << v;
-  return os.str();
-}
-
 uint64_t alignUp(uint64_t v) {
   return (v + kStagingAlign - 1) / kStagingAlign * kStagingAlign;
 }
 
-/// Hashes integers as u64 and strings as length then bytes.
-struct Hasher {
-  uint64_t h = LOADPLAN_FNV1A64_INIT;
-  void u(uint64_t v) { h = loadplan_fnv1a64_u64(h, v); }
-  void s(const std::string &v) { h = loadplan_fnv1a64_str(h, v.data(), v.size()); }
-  void ints(const std::vector<int64_t> &v) {
-    for (int64_t x : v)
-      u(uint64_t(x));
-  }
-  void box(const Box &b) {
-    ints(b.lo);
-    ints(b.hi);
-  }
-};
+/// A box as the fingerprint hashes it: its starts, then its stops.
+void hashBox(Hasher &h, const Box &b) {
+  h.i64s(b.lo);
+  h.i64s(b.hi);
+}
 
-/// Little-endian bytes, as schedule_format.h lays them out.
-struct Writer {
-  std::vector<uint8_t> bytes;
-  void u8(uint8_t v) { bytes.push_back(v); }
-  void u32(uint32_t v) {
-    for (int i = 0; i < 4; ++i)
-      u8(uint8_t(v >> (8 * i)));
+/// A box as schedule_format.h lays it out: (start, stop) per dim.
+void writeBox(ByteWriter &w, const Box &b) {
+  for (uint32_t k = 0; k < b.rank(); ++k) {
+    w.i64(b.lo[k]);
+    w.i64(b.hi[k]);
   }
-  void u64(uint64_t v) {
-    for (int i = 0; i < 8; ++i)
-      u8(uint8_t(v >> (8 * i)));
-  }
-  void str(const std::string &s) {
-    u32(uint32_t(s.size()));
-    bytes.insert(bytes.end(), s.begin(), s.end());
-  }
-  void box(const Box &b) {
-    for (uint32_t k = 0; k < b.rank(); ++k) {
-      u64(uint64_t(b.lo[k]));
-      u64(uint64_t(b.hi[k]));
-    }
-  }
-};
+}
 
 uint64_t inputFingerprint(const Schedule &s) {
   Hasher h;
-  h.u(s.engine);
-  h.u(s.worldSize);
+  h.u64(s.engine);
+  h.u64(s.worldSize);
   for (const Tensor &t : s.tensors) {
-    h.s(t.name);
-    h.u(t.dtype);
-    h.u(t.shape.size());
-    h.ints(t.shape);
+    h.str(t.name);
+    h.u64(t.dtype);
+    h.u64(t.shape.size());
+    h.i64s(t.shape);
   }
   for (const Sender &x : s.senders) {
-    h.u(x.commRank);
-    h.u(x.stagingCap);
-    h.u(x.holdings.size());
+    h.u64(x.commRank);
+    h.u64(x.stagingCap);
+    h.u64(x.holdings.size());
     for (const Holding &hd : x.holdings) {
-      h.u(hd.tensor);
-      h.box(hd.box);
+      h.u64(hd.tensor);
+      hashBox(h, hd.box);
     }
   }
   for (const Receiver &r : s.receivers) {
-    h.u(r.commRank);
-    h.u(r.stagingCap);
-    h.u(r.atomic);
-    h.u(r.planFingerprint);
-    h.u(r.planDigest);
+    h.u64(r.commRank);
+    h.u64(r.stagingCap);
+    h.u64(r.atomic);
+    h.u64(r.planFingerprint);
+    h.u64(r.planDigest);
   }
-  return h.h;
+  return h.value;
 }
 
 void serialize(Schedule &s) {
-  Writer p;
+  ByteWriter p = loadplan_format::startFile();
   p.u32(s.engine);
   p.u32(s.worldSize);
   p.u32(s.numRounds);
@@ -126,8 +99,7 @@ void serialize(Schedule &s) {
     p.str(t.name);
     p.u32(t.dtype);
     p.u32(uint32_t(t.shape.size()));
-    for (int64_t n : t.shape)
-      p.u64(uint64_t(n));
+    p.i64s(t.shape);
   }
   p.u32(uint32_t(s.senders.size()));
   for (const Sender &x : s.senders) {
@@ -137,7 +109,7 @@ void serialize(Schedule &s) {
     p.u32(uint32_t(x.holdings.size()));
     for (const Holding &h : x.holdings) {
       p.u32(h.tensor);
-      p.box(h.box);
+      writeBox(p, h.box);
     }
   }
   p.u32(uint32_t(s.receivers.size()));
@@ -153,7 +125,7 @@ void serialize(Schedule &s) {
       p.u32(n.tensor);
       p.u8(n.kind);
       p.u32(n.box);
-      p.box(n.range);
+      writeBox(p, n.range);
     }
   }
   p.u64(s.pieces.size());
@@ -166,21 +138,12 @@ void serialize(Schedule &s) {
     p.u8(x.flags);
     p.u64(x.sendOffset);
     p.u64(x.recvOffset);
-    p.box(x.box);
+    writeBox(p, x.box);
   }
   s.fingerprint = inputFingerprint(s);
-  s.checksum =
-      loadplan_fnv1a64(LOADPLAN_FNV1A64_INIT, p.bytes.data(), p.bytes.size());
-  Writer h;
-  h.bytes.assign(LOADPLAN_SCHEDULE_MAGIC,
-                 LOADPLAN_SCHEDULE_MAGIC + LOADPLAN_SCHEDULE_MAGIC_SIZE);
-  h.u32(LOADPLAN_SCHEDULE_VERSION);
-  h.u32(LOADPLAN_SCHEDULE_HEADER_SIZE);
-  h.u64(s.fingerprint);
-  h.u64(p.bytes.size());
-  h.u64(s.checksum);
-  h.bytes.insert(h.bytes.end(), p.bytes.begin(), p.bytes.end());
-  s.bytes = std::move(h.bytes);
+  s.checksum = loadplan_format::writeHeader(
+      p, LOADPLAN_SCHEDULE_MAGIC, LOADPLAN_SCHEDULE_VERSION, s.fingerprint);
+  s.bytes.assign(p.bytes.begin(), p.bytes.end());
 }
 
 std::string senderLabel(const Schedule &s, uint32_t i) {
@@ -202,26 +165,26 @@ std::string tensorText(const Tensor &t) {
 
 uint64_t loadplan::transfer::planDigest(const Plan &plan) {
   Hasher h;
-  h.u(plan.fingerprint);
+  h.u64(plan.fingerprint);
   for (const Entry &e : plan.entries) {
-    h.s(e.name);
-    h.u(e.kind);
-    h.u(e.dtype);
-    h.u(e.rank());
-    h.ints(e.shape);
-    h.u(e.numBoxes);
-    h.ints(e.boxes);
-    h.u(e.writes.size());
+    h.str(e.name);
+    h.u64(e.kind);
+    h.u64(e.dtype);
+    h.u64(e.rank());
+    h.i64s(e.shape);
+    h.u64(e.numBoxes);
+    h.i64s(e.boxes);
+    h.u64(e.writes.size());
     for (const Write &w : e.writes) {
-      h.u(w.target);
-      h.u(w.box);
-      h.u(uint64_t(w.offset));
-      h.u(w.shape.size());
-      h.ints(w.shape);
-      h.ints(w.stride);
+      h.u64(w.target);
+      h.u64(w.box);
+      h.u64(uint64_t(w.offset));
+      h.u64(w.shape.size());
+      h.i64s(w.shape);
+      h.i64s(w.stride);
     }
   }
-  return h.h;
+  return h.value;
 }
 
 Landing::Landing(const Plan &plan, const std::vector<Tensor> &tensors)
@@ -739,62 +702,34 @@ namespace {
   throw StatusError(LOADPLAN_STATUS_INVALID_PLAN, "schedule: " + message);
 }
 
-/// Bounds-checked little-endian reads; `what` names the field for the
-/// message when the bytes run out.
-class Reader {
+/// Reads of schedule bytes: running out of bytes is an INVALID_PLAN that
+/// says which field ran out where.
+class Reader : public ByteReader {
 public:
-  Reader(const uint8_t *data, size_t size, size_t base)
-      : data(data), size(size), base(base) {}
+  using ByteReader::ByteReader;
 
-  size_t left() const { return size - pos; }
-
-  const uint8_t *take(size_t n, const std::string &what) {
-    if (n > left())
-      invalid(concat("truncated: ", what, " at byte ", base + pos, " needs ",
-                     n, " bytes but ", left(), " are left"));
-    const uint8_t *p = data + pos;
-    pos += n;
-    return p;
-  }
-  uint8_t u8(const std::string &what) { return *take(1, what); }
-  uint32_t u32(const std::string &what) {
-    const uint8_t *p = take(4, what);
-    return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 |
-           uint32_t(p[3]) << 24;
-  }
-  uint64_t u64(const std::string &what) {
-    const uint8_t *p = take(8, what);
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; --i)
-      v = v << 8 | p[i];
-    return v;
-  }
-  std::string str(const std::string &what) {
-    uint32_t n = u32(what + " length");
-    const uint8_t *p = take(n, what);
-    return std::string(reinterpret_cast<const char *>(p), n);
-  }
   /// A count of records of at least `minBytes` each, checked against the
   /// bytes left before anything is allocated for them.
   uint64_t count(uint64_t n, size_t minBytes, const std::string &what) {
     if (minBytes && n > left() / minBytes)
       invalid(concat(what, ": ", n, " records cannot fit in the ", left(),
-                     " bytes left at byte ", base + pos));
+                     " bytes left at byte ", offset()));
     return n;
   }
   Box box(uint32_t rank, const std::string &what) {
     count(rank, 16, what);
     Box b;
     for (uint32_t k = 0; k < rank; ++k) {
-      b.lo.push_back(int64_t(u64(what)));
-      b.hi.push_back(int64_t(u64(what)));
+      b.lo.push_back(i64(what));
+      b.hi.push_back(i64(what));
     }
     return b;
   }
 
-private:
-  const uint8_t *data;
-  size_t size, base, pos = 0;
+protected:
+  [[noreturn]] void truncated(const std::string &what, size_t n) override {
+    invalid("truncated: " + shortfall(what, n));
+  }
 };
 
 void checkBox(const Box &b, const Tensor &t, const std::string &what) {
