@@ -554,13 +554,7 @@ std::unique_ptr<Plan> loadplan::parsePlan(const uint8_t *data, size_t size) {
                    " are not part of the format"));
   plan->numBoxes = static_cast<uint32_t>(numBoxes);
 
-  uint64_t fingerprint = LOADPLAN_FNV1A64_INIT;
-  for (const Target &t : plan->targets)
-    fingerprint = loadplan_fingerprint_target(
-        fingerprint, t.module.data(), t.module.size(), t.tensor.data(),
-        t.tensor.size(), t.storage, t.byteOffset, t.dtype,
-        static_cast<uint32_t>(t.shape.size()), t.shape.data(),
-        t.stride.data());
+  uint64_t fingerprint = loadplan_format::layoutFingerprint(plan->targets);
   if (fingerprint != plan->fingerprint)
     invalid(concat("the header's fingerprint ", hex64(plan->fingerprint),
                    " is not that of the plan's own targets (",

@@ -21,7 +21,7 @@ namespace {
 /// own, so that a box batch can lack a box.
 TestPlan tablePlan() {
   TestPlan p = samplePlan();
-  p.storages.push_back(8 * 2);
+  p.storageSizes.push_back(8 * 2);
   uint32_t t = p.addTarget(
       {"layers.0.extra", "weight", 4, 0, LOADPLAN_DTYPE_BFLOAT16, {8}, {1}});
   p.entries[0].boxes.push_back({{0, 0}, {1, 8}});
@@ -206,7 +206,7 @@ std::vector<PlanCase> planCases() {
        "plan is truncated: 4294967295 storages need at least 34359738360 "
        "bytes but 1307 are left at byte 44"},
       {"StorageOf2To63Bytes",
-       planOf([](TestPlan &p) { p.storages[1] = uint64_t(1) << 63; }),
+       planOf([](TestPlan &p) { p.storageSizes[1] = uint64_t(1) << 63; }),
        kInvalidPlan, "storage 1 has 9223372036854775808 bytes, more than 2^63"},
       {"BytesAfterTheLastEntry", payloadOf([](auto &b) { b.push_back(0); }),
        kInvalidPlan,
