@@ -1,4 +1,4 @@
-//===- PlanWriter.h - Plan files for tests and benchmarks --------*- C++ -*-===//
+//===- PlanWriter.h - Plan files for tests and benchmarks -------*- C++ -*-===//
 //
 // Plans as the format library's plain data (loadplan/format/PlanFile.h),
 // written by its encoder, the compiler's, which checks nothing: tests write
@@ -10,6 +10,7 @@
 #ifndef LOADPLAN_RUNTIME_TESTS_PLANWRITER_H
 #define LOADPLAN_RUNTIME_TESTS_PLANWRITER_H
 
+#include "loadplan/format/ByteIO.h"
 #include "loadplan/format/PlanFile.h"
 #include "loadplan/runtime.h"
 
@@ -22,6 +23,9 @@
 #include <vector>
 
 namespace loadplan::testing {
+
+using loadplan_format::FileHeader;
+using loadplan_format::storeU32;
 
 /// The format library's structs, under the names the tests use.
 using TestTarget = loadplan_format::PlanTarget;

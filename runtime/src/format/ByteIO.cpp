@@ -1,4 +1,4 @@
-//===- ByteIO.cpp - The bytes plan and schedule files are made of -*- C++ -*-===//
+//===- ByteIO.cpp - Plan and schedule file bytes ----------------*- C++ -*-===//
 
 #include "loadplan/format/ByteIO.h"
 
@@ -22,16 +22,19 @@ ByteWriter loadplan_format::startFile() {
 uint64_t loadplan_format::writeHeader(ByteWriter &file, const char *magic,
                                       uint32_t version, uint64_t fingerprint) {
   auto *header = reinterpret_cast<uint8_t *>(file.bytes.data());
-  const uint8_t *payload = header + FileHeader::kSize;
-  size_t payloadSize = file.bytes.size() - FileHeader::kSize;
-  uint64_t checksum =
-      loadplan_fnv1a64(LOADPLAN_FNV1A64_INIT, payload, payloadSize);
   std::memcpy(header, magic, FileHeader::kMagicSize);
   storeU32(header + FileHeader::kVersionAt, version);
   storeU32(header + FileHeader::kHeaderSizeAt, FileHeader::kSize);
   storeU64(header + FileHeader::kFingerprintAt, fingerprint);
-  storeU64(header + FileHeader::kPayloadSizeAt, payloadSize);
-  storeU64(header + FileHeader::kChecksumAt, checksum);
+  return resealHeader(header, file.bytes.size());
+}
+
+uint64_t loadplan_format::resealHeader(uint8_t *file, size_t size) {
+  size_t payloadSize = size - FileHeader::kSize;
+  uint64_t checksum = loadplan_fnv1a64(LOADPLAN_FNV1A64_INIT,
+                                       file + FileHeader::kSize, payloadSize);
+  storeU64(file + FileHeader::kPayloadSizeAt, payloadSize);
+  storeU64(file + FileHeader::kChecksumAt, checksum);
   return checksum;
 }
 

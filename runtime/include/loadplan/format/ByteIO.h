@@ -1,4 +1,4 @@
-//===- ByteIO.h - The bytes plan and schedule files are made of -*- C++ -*-===//
+//===- ByteIO.h - Plan and schedule file bytes ------------------*- C++ -*-===//
 //
 // What plan_format.h and schedule_format.h lay out, one way each: integers
 // little-endian and strings as a u32 length then their bytes, appended by
@@ -196,6 +196,13 @@ ByteWriter startFile();
 /// FileHeader::kMagicSize bytes.
 uint64_t writeHeader(ByteWriter &file, const char *magic, uint32_t version,
                      uint64_t fingerprint);
+
+/// Sets the payload size and checksum in the header of the `size` bytes at
+/// `file` (at least FileHeader::kSize) to those of the bytes after it and
+/// leaves the other fields as they are; returns the checksum. Tests and
+/// fuzzers change payloads and reseal them, so that the payload checks are
+/// reached.
+uint64_t resealHeader(uint8_t *file, size_t size);
 
 //===----------------------------------------------------------------------===//
 // Hashing
