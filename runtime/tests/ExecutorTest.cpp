@@ -131,7 +131,7 @@ TEST(Executor, RepeatedUpdatesReuseTheBinding) {
 
 TEST(Copies, MergeDims) {
   // A contiguous [4, 6] float box into a contiguous region: one run.
-  std::vector<CopyDim> dims = {{4, 24, 24}, {6, 4, 4}};
+  std::vector<ByteDim> dims = {{4, 24, 24}, {6, 4, 4}};
   EXPECT_EQ(mergeDims(dims, 4), 96);
   EXPECT_TRUE(dims.empty());
   // Rows of a column block: rows stay, columns are the run.
