@@ -14,7 +14,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "loadplan/plan_format.h"
+#include "loadplan/format/ByteIO.h"
+#include "loadplan/format/PlanFile.h"
 #include "loadplan/runtime.h"
 
 #include <cstddef>
@@ -22,6 +23,13 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+using loadplan_format::ByteReader;
+using loadplan_format::FileHeader;
+using loadplan_format::layoutFingerprint;
+using loadplan_format::PlanTarget;
+using loadplan_format::resealHeader;
+using loadplan_format::storeU64;
 
 namespace {
 
@@ -41,84 +49,34 @@ bool ok(loadplan_status_t status) {
   return false;
 }
 
-void putU64(std::string &bytes, size_t at, uint64_t value) {
-  for (int i = 0; i < 8; ++i)
-    bytes[at + i] = static_cast<char>(value >> (8 * i));
-}
-
-/// Header fields, as plan_format.h lays them out.
-constexpr size_t kFingerprintAt = 16, kPayloadSizeAt = 24, kChecksumAt = 32;
-
-/// Reads the payload as far as its targets go.
-class Reader {
-public:
-  Reader(const std::string &bytes, size_t at) : bytes(bytes), at(at) {}
-  bool u32(uint32_t &v) { return get(v); }
-  bool u64(uint64_t &v) { return get(v); }
-  bool str(const char *&data, size_t &size) {
-    uint32_t n;
-    if (!u32(n) || bytes.size() - at < n)
-      return false;
-    data = bytes.data() + at;
-    size = n;
-    at += n;
-    return true;
-  }
-  bool skip(uint64_t n) {
-    if (bytes.size() - at < n)
-      return false;
-    at += n;
-    return true;
-  }
-
-private:
-  template <typename T> bool get(T &v) {
-    if (bytes.size() - at < sizeof(T))
-      return false;
-    v = 0;
-    for (size_t i = 0; i < sizeof(T); ++i)
-      v |= T(static_cast<uint8_t>(bytes[at + i])) << (8 * i);
-    at += sizeof(T);
-    return true;
-  }
-  const std::string &bytes;
-  size_t at;
-};
-
 /// Sets the header's fingerprint to that of the targets in the payload,
 /// when they can be read, then its payload size and checksum.
 void fixHeader(std::string &bytes) {
-  Reader r(bytes, LOADPLAN_PLAN_HEADER_SIZE);
-  uint32_t numStorages, numTargets;
-  bool readable =
-      r.u32(numStorages) && r.skip(8ull * numStorages) && r.u32(numTargets);
-  uint64_t hash = LOADPLAN_FNV1A64_INIT;
-  for (uint32_t i = 0; readable && i < numTargets; ++i) {
-    const char *module, *tensor;
-    size_t moduleSize, tensorSize;
-    uint32_t storage, dtype, rank = 0;
-    uint64_t byteOffset;
-    readable = r.str(module, moduleSize) && r.str(tensor, tensorSize) &&
-               r.u32(storage) && r.u64(byteOffset) && r.u32(dtype) &&
-               r.u32(rank) && rank <= 64;
-    std::vector<int64_t> dims(readable ? 2 * size_t(rank) : 0);
-    for (int64_t &d : dims) {
-      uint64_t v = 0;
-      readable = readable && r.u64(v);
-      d = static_cast<int64_t>(v);
+  auto *file = reinterpret_cast<uint8_t *>(bytes.data());
+  ByteReader r(file + FileHeader::kSize, bytes.size() - FileHeader::kSize);
+  uint32_t numStorages = r.u32("");
+  r.take(8ull * numStorages, "");
+  uint32_t numTargets = r.u32("");
+  std::vector<PlanTarget> targets;
+  bool readable = true;
+  for (uint32_t i = 0; readable && r.ok() && i < numTargets; ++i) {
+    PlanTarget t;
+    t.module = r.str("");
+    t.tensor = r.str("");
+    t.storage = r.u32("");
+    t.byteOffset = r.u64("");
+    t.dtype = r.u32("");
+    uint32_t rank = r.u32("");
+    readable = rank <= 64;
+    if (readable) {
+      t.shape = r.i64s(rank, "");
+      t.stride = r.i64s(rank, "");
     }
-    if (readable)
-      hash = loadplan_fingerprint_target(hash, module, moduleSize, tensor,
-                                         tensorSize, storage, byteOffset, dtype,
-                                         rank, dims.data(), dims.data() + rank);
+    targets.push_back(std::move(t));
   }
-  if (readable)
-    putU64(bytes, kFingerprintAt, hash);
-  size_t header = LOADPLAN_PLAN_HEADER_SIZE;
-  putU64(bytes, kPayloadSizeAt, bytes.size() - header);
-  putU64(bytes, kChecksumAt,
-         loadplan_fnv1a64(LOADPLAN_FNV1A64_INIT, bytes.data() + header,
-                          bytes.size() - header));
+  if (readable && r.ok())
+    storeU64(file + FileHeader::kFingerprintAt, layoutFingerprint(targets));
+  resealHeader(file, bytes.size());
 }
 
 /// Asks the plan everything it answers, in and out of range.

@@ -12,8 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "loadplan/plan_format.h"
-#include "loadplan/schedule_format.h"
+#include "loadplan/format/ByteIO.h"
 #include "loadplan/transfer.h"
 
 #include <cstddef>
@@ -21,6 +20,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+using loadplan_format::FileHeader;
+using loadplan_format::resealHeader;
+using loadplan_format::storeU64;
 
 namespace {
 
@@ -38,15 +41,6 @@ bool ok(loadplan_status_t status, std::string *message = nullptr) {
   return false;
 }
 
-void putU64(std::string &bytes, size_t at, uint64_t value) {
-  for (int i = 0; i < 8; ++i)
-    bytes[at + i] = static_cast<char>(value >> (8 * i));
-}
-
-/// Header fields, as schedule_format.h lays them out.
-constexpr size_t kHeaderSize = 40, kFingerprintAt = 16, kPayloadSizeAt = 24,
-                 kChecksumAt = 32;
-
 loadplan_schedule_t *open(const std::string &bytes, std::string *message) {
   loadplan_schedule_t *schedule = nullptr;
   if (!ok(loadplan_schedule_open_bytes(bytes.data(), bytes.size(), &schedule),
@@ -59,12 +53,9 @@ loadplan_schedule_t *open(const std::string &bytes, std::string *message) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::string bytes(reinterpret_cast<const char *>(data), size);
-  if (bytes.size() >= kHeaderSize) {
-    putU64(bytes, kPayloadSizeAt, bytes.size() - kHeaderSize);
-    putU64(bytes, kChecksumAt,
-           loadplan_fnv1a64(LOADPLAN_FNV1A64_INIT, bytes.data() + kHeaderSize,
-                            bytes.size() - kHeaderSize));
-  }
+  auto *file = reinterpret_cast<uint8_t *>(bytes.data());
+  if (bytes.size() >= FileHeader::kSize)
+    resealHeader(file, bytes.size());
   std::string message;
   loadplan_schedule_t *schedule = open(bytes, &message);
   // "fingerprint 0x... is not that of its inputs, 0x...": only the header
@@ -74,7 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!schedule && at != std::string::npos) {
     uint64_t fingerprint =
         std::strtoull(message.c_str() + at + std::strlen(marker), nullptr, 16);
-    putU64(bytes, kFingerprintAt, fingerprint);
+    storeU64(file + FileHeader::kFingerprintAt, fingerprint);
     schedule = open(bytes, nullptr);
     if (!schedule)
       __builtin_trap(); // only the fingerprint changed

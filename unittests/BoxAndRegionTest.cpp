@@ -43,7 +43,7 @@ void checkCopy(std::mt19937_64 &rng, const Chain &chain, Counts &counts) {
   if (ref.at.empty())
     return;
   Ints dstStride = randomDestination(rng, ref.shape);
-  SmallVector<CopyDim> dims;
+  SmallVector<ElementDim> dims;
   for (auto [n, src, dst] :
        llvm::zip(ref.shape, chain.layout.stride, dstStride))
     dims.push_back({n, src, dst});
@@ -110,7 +110,7 @@ TEST(BoxAndRegion, RandomViewChains) {
 //===----------------------------------------------------------------------===//
 
 FailureOr<BoxAndRegion> reduce(ArrayRef<int64_t> ckptShape, int64_t offset,
-                               ArrayRef<CopyDim> dims, std::string &why) {
+                               ArrayRef<ElementDim> dims, std::string &why) {
   return computeBoxAndRegion(ckptShape, offset, dims, why);
 }
 

@@ -24,7 +24,7 @@ struct Part {
 
 FailureOr<BoxAndRegion>
 loadplan::computeBoxAndRegion(ArrayRef<int64_t> ckptShape, int64_t srcOffset,
-                              ArrayRef<CopyDim> dims, std::string &why) {
+                              ArrayRef<ElementDim> dims, std::string &why) {
   size_t rank = ckptShape.size();
   SmallVector<int64_t> ckptStrides(rank, 1), start(rank, 0);
   for (int64_t j = static_cast<int64_t>(rank) - 2; j >= 0; --j)
@@ -33,7 +33,7 @@ loadplan::computeBoxAndRegion(ArrayRef<int64_t> ckptShape, int64_t srcOffset,
     start[j] = ckptShape[j] ? (srcOffset / ckptStrides[j]) % ckptShape[j] : 0;
 
   SmallVector<SmallVector<Part>> parts(rank);
-  for (CopyDim d : dims) {
+  for (ElementDim d : dims) {
     int64_t size = d.size, srcStride = d.srcStride, dstStride = d.dstStride;
     if (size == 1)
       continue;
@@ -129,7 +129,7 @@ struct Splitter {
   /// Only a run that steps one element of a checkpoint dim at a time (a
   /// flatten) has such boundaries: its elements are the consecutive indices
   /// [lo, hi) of the checkpoint dims up to that one.
-  int64_t runCut(int64_t srcOffset, CopyDim d) const {
+  int64_t runCut(int64_t srcOffset, ElementDim d) const {
     size_t rank = ckptShape.size(), dim = 0;
     while (dim < rank && ckptStrides[dim] > d.srcStride)
       ++dim;
@@ -156,7 +156,7 @@ struct Splitter {
   /// Appends the pieces of the copy of `dims` from `srcOffset` to
   /// `dstOffset`; on failure, `pieces` is as it was.
   LogicalResult split(int64_t srcOffset, int64_t dstOffset,
-                      SmallVector<CopyDim> dims) {
+                      SmallVector<ElementDim> dims) {
     if (++calls > maxCalls)
       return failure();
     std::string why;
@@ -187,7 +187,7 @@ struct Splitter {
       int64_t cut = runCut(srcOffset, dims[k]);
       if (!cut)
         continue;
-      SmallVector<CopyDim> first = dims, second = dims;
+      SmallVector<ElementDim> first = dims, second = dims;
       first[k].size = cut;
       second[k].size = dims[k].size - cut;
       if (succeeded(split(srcOffset, dstOffset, first)) &&
@@ -201,7 +201,7 @@ struct Splitter {
     if (live.size() < 2)
       return failure();
     size_t outer = live.back();
-    CopyDim d = dims[outer];
+    ElementDim d = dims[outer];
     if (static_cast<size_t>(d.size) > maxPieces - pieces.size())
       return failure();
     dims[outer].size = 1;
@@ -217,9 +217,9 @@ struct Splitter {
 } // namespace
 
 FailureOr<std::vector<BoxPiece>>
-loadplan::computeBoxesAndRegions(ArrayRef<int64_t> ckptShape,
-                                 int64_t srcOffset, ArrayRef<CopyDim> dims,
-                                 std::string &why, size_t maxPieces) {
+loadplan::computeBoxesAndRegions(ArrayRef<int64_t> ckptShape, int64_t srcOffset,
+                                 ArrayRef<ElementDim> dims, std::string &why,
+                                 size_t maxPieces) {
   FailureOr<BoxAndRegion> br =
       computeBoxAndRegion(ckptShape, srcOffset, dims, why);
   if (succeeded(br)) {

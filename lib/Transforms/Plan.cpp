@@ -3,12 +3,12 @@
 #include "loadplan/Transforms/Plan.h"
 #include "loadplan/Dialect/LoadPlan/IR/Geometry.h"
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanOps.h"
+#include "loadplan/format/ByteIO.h"
 
 #include "mlir/AsmParser/AsmParser.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/MapVector.h"
-#include "llvm/Support/Endian.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MathExtras.h"
@@ -18,6 +18,8 @@
 
 using namespace mlir;
 using namespace mlir::loadplan;
+using ::loadplan_format::hex64;
+using ::loadplan_format::layoutFingerprint;
 
 DtypeCodes::DtypeCodes(MLIRContext *context) {
 #define LOADPLAN_DTYPE_CODE_(e, code, name, bytes, mlir)                       \
@@ -51,15 +53,16 @@ static int64_t addSaturated(int64_t a, int64_t b) {
                                       : sum;
 }
 
-int64_t PlanEntry::neededBytes() const {
+/// Bytes the engine moves for entry `e` on this rank (INT64_MAX if more).
+static int64_t neededBytes(const PlanEntry &e) {
   int64_t elements = 0;
-  for (const PlanBox &b : boxes) {
+  for (const PlanBox &b : e.boxes) {
     int64_t n = 1; // fits: a box lies in its checkpoint tensor
     for (auto [start, stop] : llvm::zip(b.starts, b.stops))
       n *= stop - start;
     elements = addSaturated(elements, n);
   }
-  int64_t itemSize = loadplan_dtype_size(dtype), bytes;
+  int64_t itemSize = loadplan_dtype_size(e.dtype), bytes;
   if (llvm::MulOverflow(elements, itemSize, bytes))
     return std::numeric_limits<int64_t>::max();
   return bytes;
@@ -73,7 +76,6 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
     storageIndex[storage.getSymNameAttr()] = plan.storageSizes.size();
     plan.storageSizes.push_back(storage.getSize());
   }
-  uint64_t fingerprint = LOADPLAN_FNV1A64_INIT;
   for (auto target : module.getOps<TargetOp>()) {
     PlanTarget t;
     t.module = target.getModule().str();
@@ -86,16 +88,11 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
     t.dtype = dtypeCodes.lookup(target.getTensorType().getElementType());
     if (t.dtype == LOADPLAN_DTYPE_INVALID)
       return target.emitError("dtype has no plan code"), failure();
-    t.shape = llvm::to_vector(target.getTensorType().getShape());
-    t.stride = llvm::to_vector(target.getStride());
-    fingerprint = loadplan_fingerprint_target(
-        fingerprint, t.module.data(), t.module.size(), t.tensor.data(),
-        t.tensor.size(), t.storage, t.byteOffset, t.dtype, t.shape.size(),
-        t.shape.data(), t.stride.data());
+    t.shape = target.getTensorType().getShape().vec();
+    t.stride = target.getStride().vec();
     targetIndex[target.getSymNameAttr()] = plan.targets.size();
     plan.targets.push_back(std::move(t));
   }
-  plan.fingerprint = fingerprint;
 
   // At most one entry per top-level op; reserving saves moving 100k entries.
   plan.entries.reserve(module.getBody()->getOperations().size());
@@ -112,7 +109,7 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
       return checkpoint.emitError("has 2^63 bytes or more, more than a plan "
                                   "file holds"),
              failure();
-    e.shape = llvm::to_vector(type.getShape());
+    e.shape = type.getShape().vec();
     Block &block = checkpoint.getBlock();
     auto fallbacks = block.getOps<FallbackOp>();
     if (!fallbacks.empty()) {
@@ -135,18 +132,16 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
       auto write = dyn_cast<WriteOp>(op);
       if (!write)
         continue;
-      PlanBox box{llvm::to_vector(write.getBox().getStarts()),
-                  llvm::to_vector(write.getBox().getStops())};
+      PlanBox box{write.getBox().getStarts().vec(),
+                  write.getBox().getStops().vec()};
       auto it = llvm::find(e.boxes, box);
       uint32_t boxIndex = it - e.boxes.begin();
       if (it == e.boxes.end())
         e.boxes.push_back(std::move(box));
       RegionAttr r = write.getRegion();
-      e.writes.push_back(PlanWrite{targetIndex.lookup(write.getTargetAttr()
-                                                          .getAttr()),
-                                   boxIndex, r.getOffset(),
-                                   llvm::to_vector(r.getShape()),
-                                   llvm::to_vector(r.getStride())});
+      e.writes.push_back(PlanWrite{
+          targetIndex.lookup(write.getTargetAttr().getAttr()), boxIndex,
+          r.getOffset(), r.getShape().vec(), r.getStride().vec()});
     }
     e.kind = e.writes.empty() ? LOADPLAN_KIND_UNNEEDED : LOADPLAN_KIND_DIRECT;
     plan.entries.push_back(std::move(e));
@@ -154,106 +149,13 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
   return plan;
 }
 
-//===----------------------------------------------------------------------===//
-// Binary encoding
-//===----------------------------------------------------------------------===//
-
-namespace {
-/// Appends little-endian fields to a byte string. Plans run to tens of MB, so
-/// each field is appended whole rather than byte by byte.
-class Writer {
-public:
-  std::string bytes;
-  void u8(uint8_t v) { bytes.push_back(static_cast<char>(v)); }
-  void u32(uint32_t v) { put(v); }
-  void u64(uint64_t v) { put(v); }
-  void i64(int64_t v) { put(static_cast<uint64_t>(v)); }
-  void str(StringRef s) {
-    u32(s.size());
-    bytes.append(s.begin(), s.end());
-  }
-  void i64s(ArrayRef<int64_t> values) {
-    for (int64_t v : values)
-      i64(v);
-  }
-
-private:
-  template <typename T> void put(T v) {
-    char buf[sizeof(T)];
-    llvm::support::endian::write<T, llvm::endianness::little>(buf, v);
-    bytes.append(buf, sizeof(T));
-  }
-};
-} // namespace
-
 std::string loadplan::serializePlan(const Plan &plan) {
-  Writer p;
-  p.bytes.resize(LOADPLAN_PLAN_HEADER_SIZE); // the header goes here, last
-  p.u32(plan.storageSizes.size());
-  for (int64_t size : plan.storageSizes)
-    p.u64(size);
-  p.u32(plan.targets.size());
-  for (const PlanTarget &t : plan.targets) {
-    p.str(t.module);
-    p.str(t.tensor);
-    p.u32(t.storage);
-    p.u64(t.byteOffset);
-    p.u32(t.dtype);
-    p.u32(t.shape.size());
-    p.i64s(t.shape);
-    p.i64s(t.stride);
-  }
-  p.u32(plan.entries.size());
-  for (const PlanEntry &e : plan.entries) {
-    p.str(e.name);
-    p.u8(e.kind);
-    p.u32(e.dtype);
-    p.u32(e.shape.size());
-    p.i64s(e.shape);
-    p.u8(e.reason.has_value());
-    if (e.reason)
-      p.str(*e.reason);
-    p.u32(e.boxes.size());
-    for (const PlanBox &b : e.boxes)
-      for (auto [start, stop] : llvm::zip(b.starts, b.stops)) {
-        p.i64(start);
-        p.i64(stop);
-      }
-    p.u32(e.writes.size());
-    for (const PlanWrite &w : e.writes) {
-      p.u32(w.target);
-      p.u32(w.box);
-      p.i64(w.offset);
-      p.u32(w.shape.size());
-      p.i64s(w.shape);
-      p.i64s(w.stride);
-    }
-  }
-  StringRef payload = StringRef(p.bytes).drop_front(LOADPLAN_PLAN_HEADER_SIZE);
-  Writer h;
-  h.bytes.append(LOADPLAN_PLAN_MAGIC, LOADPLAN_PLAN_MAGIC_SIZE);
-  h.u32(LOADPLAN_PLAN_VERSION);
-  h.u32(LOADPLAN_PLAN_HEADER_SIZE);
-  h.u64(plan.fingerprint);
-  h.u64(payload.size());
-  h.u64(loadplan_fnv1a64(LOADPLAN_FNV1A64_INIT, payload.data(),
-                         payload.size()));
-  assert(h.bytes.size() == LOADPLAN_PLAN_HEADER_SIZE &&
-         "header layout disagrees with plan_format.h");
-  std::copy(h.bytes.begin(), h.bytes.end(), p.bytes.begin());
-  return std::move(p.bytes);
+  return ::loadplan_format::encodePlan(plan);
 }
 
 //===----------------------------------------------------------------------===//
 // JSON and the report
 //===----------------------------------------------------------------------===//
-
-static std::string hex64(uint64_t v) {
-  std::string out;
-  llvm::raw_string_ostream os(out);
-  os << llvm::format_hex_no_prefix(v, 16);
-  return out;
-}
 
 void loadplan::printPlanJson(const Plan &plan, raw_ostream &os) {
   llvm::json::OStream j(os, /*IndentSize=*/2);
@@ -275,7 +177,8 @@ void loadplan::printPlanJson(const Plan &plan, raw_ostream &os) {
   int64_t counts[3] = {0, 0, 0}, bytes[3] = {0, 0, 0}, writes = 0;
   j.object([&] {
     j.attribute("version", LOADPLAN_PLAN_VERSION);
-    j.attribute("fingerprint", hex64(plan.fingerprint));
+    j.attribute("fingerprint",
+                hex64(layoutFingerprint(plan.targets), /*prefix=*/""));
     j.attributeArray("targets", [&] {
       for (const PlanTarget &t : plan.targets)
         j.object([&] {
@@ -295,10 +198,11 @@ void loadplan::printPlanJson(const Plan &plan, raw_ostream &os) {
     j.attributeObject("entries", [&] {
       for (const PlanEntry &e : plan.entries) {
         counts[e.kind] += 1;
-        bytes[e.kind] = addSaturated(bytes[e.kind], e.neededBytes());
+        bytes[e.kind] = addSaturated(bytes[e.kind], neededBytes(e));
         writes += e.writes.size();
         j.attributeObject(e.name, [&] {
-          j.attribute("kind", getKindName(e.kind));
+          j.attribute("kind",
+                      getKindName(static_cast<loadplan_entry_kind_t>(e.kind)));
           j.attribute("dtype", loadplan_dtype_name(e.dtype));
           j.attributeBegin("shape");
           ints(e.shape);
@@ -352,7 +256,7 @@ void loadplan::printPlanReport(const Plan &plan, raw_ostream &os,
   llvm::MapVector<StringRef, SmallVector<StringRef>> byReason;
   for (const PlanEntry &e : plan.entries) {
     counts[e.kind] += 1;
-    bytes[e.kind] = addSaturated(bytes[e.kind], e.neededBytes());
+    bytes[e.kind] = addSaturated(bytes[e.kind], neededBytes(e));
     if (e.reason)
       byReason[*e.reason].push_back(e.name);
   }

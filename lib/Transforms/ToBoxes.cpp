@@ -120,7 +120,7 @@ reduceCopy(CopyOp copy, CheckpointOp checkpoint, TargetOp target,
     why = "copy_ with a reshape that is not a view";
     return failure();
   }
-  SmallVector<CopyDim> dims;
+  SmallVector<ElementDim> dims;
   for (auto [n, s, d] : llvm::zip(dst.shape, layout.stride, dst.stride))
     dims.push_back({n, s, d});
   FailureOr<std::vector<BoxPiece>> pieces =

@@ -92,7 +92,7 @@ int main(int argc, char **argv) {
 
   // Live storages, one allocation each as torch makes them.
   std::vector<uint8_t *> storages;
-  for (uint64_t size : plan.storages) {
+  for (uint64_t size : plan.storageSizes) {
     uint8_t *p = nullptr;
     check(cudaMalloc(&p, size), "cudaMalloc storage");
     storages.push_back(p);

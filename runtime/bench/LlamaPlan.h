@@ -23,9 +23,9 @@ inline TestPlan llamaPlan(int layers, int64_t tp, int64_t rank) {
   TestPlan p;
   // One storage per target, as torch allocates parameters.
   auto target = [&](const std::string &module, std::vector<int64_t> shape) {
-    p.storages.push_back(uint64_t(product(shape)) * 2);
-    return p.addTarget({module, "weight", uint32_t(p.storages.size() - 1), 0,
-                        bf16, shape, rowMajor(shape)});
+    p.storageSizes.push_back(uint64_t(product(shape)) * 2);
+    return p.addTarget({module, "weight", uint32_t(p.storageSizes.size() - 1),
+                        0, bf16, shape, rowMajor(shape)});
   };
   // Rows [rows * rank, rows * (rank + 1)) of a [rows * tp, cols] tensor
   // into rows [at, at + rows) of a [*, cols] target.

@@ -7,9 +7,9 @@
 
 using namespace loadplan;
 
-int64_t loadplan::mergeDims(std::vector<CopyDim> &dims, int64_t itemSize) {
+int64_t loadplan::mergeDims(std::vector<ByteDim> &dims, int64_t itemSize) {
   size_t kept = 0;
-  for (const CopyDim &d : dims) {
+  for (const ByteDim &d : dims) {
     if (d.size == 0) {
       dims.clear();
       return 0;
@@ -20,11 +20,11 @@ int64_t loadplan::mergeDims(std::vector<CopyDim> &dims, int64_t itemSize) {
   dims.resize(kept);
   // Destination order makes the innermost loop walk the destination
   // sequentially, which is what caches and write combining favour.
-  std::stable_sort(dims.begin(), dims.end(), [](CopyDim a, CopyDim b) {
+  std::stable_sort(dims.begin(), dims.end(), [](ByteDim a, ByteDim b) {
     return a.dstStride > b.dstStride;
   });
   size_t n = 0;
-  for (const CopyDim &d : dims) {
+  for (const ByteDim &d : dims) {
     if (n && dims[n - 1].srcStride == d.srcStride * d.size &&
         dims[n - 1].dstStride == d.dstStride * d.size)
       dims[n - 1] = {dims[n - 1].size * d.size, d.srcStride, d.dstStride};
@@ -45,7 +45,7 @@ Copies loadplan::buildCopies(const Plan &plan, SourceForm form,
                              const std::vector<uint8_t *> &storageBases) {
   Copies out;
   out.entryBegin.assign(plan.entries.size() + 1, 0);
-  std::vector<CopyDim> dims;
+  std::vector<ByteDim> dims;
   std::vector<int64_t> extents, srcStrides;
   for (uint32_t ei = 0; ei < plan.entries.size(); ++ei) {
     const Entry &e = plan.entries[ei];
@@ -94,7 +94,7 @@ Copies loadplan::buildCopies(const Plan &plan, SourceForm form,
       c.dst = storageBases[t.storage] + t.byteOffset + w.offset * itemSize;
       c.run = mergeDims(dims, itemSize);
       c.rows = 1;
-      for (const CopyDim &d : dims)
+      for (const ByteDim &d : dims)
         c.rows *= d.size;
       c.firstDim = static_cast<uint32_t>(out.dims.size());
       c.numDims = static_cast<uint32_t>(dims.size());

@@ -21,9 +21,9 @@ namespace loadplan {
 /// What an update sends per name.
 enum class SourceForm { Tensor, Box };
 
-/// One dim of a copy: elements `size`, byte strides in source and
-/// destination.
-struct CopyDim {
+/// One dim of a copy: `size` elements, strides in bytes in the source and
+/// the destination (the compiler's ElementDim counts them in elements).
+struct ByteDim {
   int64_t size;
   int64_t srcStride;
   int64_t dstStride;
@@ -48,11 +48,13 @@ struct Copy {
 
 struct Copies {
   std::vector<Copy> copies;
-  std::vector<CopyDim> dims;
+  std::vector<ByteDim> dims;
   /// The copies of entry e are [entryBegin[e], entryBegin[e + 1]).
   std::vector<uint32_t> entryBegin;
 
-  const CopyDim *dimsOf(const Copy &c) const { return dims.data() + c.firstDim; }
+  const ByteDim *dimsOf(const Copy &c) const {
+    return dims.data() + c.firstDim;
+  }
 };
 
 /// The copies of every direct entry of `plan` for updates of form `form`,
@@ -66,7 +68,7 @@ Copies buildCopies(const Plan &plan, SourceForm form,
 /// merges a dim into the next where they are contiguous in both source and
 /// destination. Returns the contiguous run in bytes peeled off the innermost
 /// dim (`itemSize` when there is none), or 0 when some dim has size 0.
-int64_t mergeDims(std::vector<CopyDim> &dims, int64_t itemSize);
+int64_t mergeDims(std::vector<ByteDim> &dims, int64_t itemSize);
 
 } // namespace loadplan
 

@@ -10,15 +10,20 @@
 
 #include "Plan.h"
 #include "Status.h"
+#include "loadplan/format/ByteIO.h"
 
 #include <algorithm>
 #include <cstring>
-#include <iomanip>
 #include <limits>
 #include <numeric>
 #include <queue>
 
 using namespace loadplan;
+using loadplan_format::ByteReader;
+using loadplan_format::FileHeader;
+using loadplan_format::hex64;
+using loadplan_format::loadU32;
+using loadplan_format::loadU64;
 
 namespace {
 
@@ -29,62 +34,16 @@ constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 /// letting a hostile plan stall the caller.
 constexpr int64_t kMaxOverlapRuns = int64_t(1) << 26;
 
-std::string hex64(uint64_t v) {
-  std::ostringstream os;
-  os << "0x" << std::hex << std::setw(16) << std::setfill('0') << v;
-  return os.str();
-}
-
-uint32_t le32(const uint8_t *p) {
-  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 |
-         uint32_t(p[3]) << 24;
-}
-
-uint64_t le64(const uint8_t *p) {
-  return uint64_t(le32(p)) | uint64_t(le32(p + 4)) << 32;
-}
-
 [[noreturn]] void invalid(const std::string &message) {
   throw StatusError(LOADPLAN_STATUS_INVALID_PLAN, message);
 }
 
-/// Bounds-checked little-endian reads from the payload. `what` names the
-/// field for the message when the bytes run out.
-class Reader {
+/// The payload's reads: running out of bytes is an INVALID_PLAN that says
+/// which field ran out where.
+class Reader : public ByteReader {
 public:
-  Reader(const uint8_t *data, size_t size, size_t base)
-      : data(data), size(size), base(base) {}
+  using ByteReader::ByteReader;
 
-  size_t left() const { return size - pos; }
-  size_t offset() const { return base + pos; }
-
-  const uint8_t *take(size_t n, const std::string &what) {
-    if (n > left())
-      invalid(concat("plan is truncated: ", what, " at byte ", offset(),
-                     " needs ", n, " bytes but ", left(), " are left"));
-    const uint8_t *p = data + pos;
-    pos += n;
-    return p;
-  }
-  uint8_t u8(const std::string &what) { return *take(1, what); }
-  uint32_t u32(const std::string &what) { return le32(take(4, what)); }
-  uint64_t u64(const std::string &what) { return le64(take(8, what)); }
-  int64_t i64(const std::string &what) {
-    return static_cast<int64_t>(u64(what));
-  }
-  std::string str(const std::string &what) {
-    uint32_t n = u32(what + " length");
-    const uint8_t *p = take(n, what);
-    return std::string(reinterpret_cast<const char *>(p), n);
-  }
-  std::vector<int64_t> i64s(size_t n, const std::string &what) {
-    if (n > left() / 8)
-      take(n * 8, what); // fails with the message
-    std::vector<int64_t> out(n);
-    for (size_t i = 0; i < n; ++i)
-      out[i] = i64(what);
-    return out;
-  }
   /// A u32 count of items that each take at least `minBytes`, refused when
   /// the bytes left cannot hold that many (so no huge allocation follows).
   uint32_t count(const std::string &what, size_t minBytes) {
@@ -96,11 +55,10 @@ public:
     return n;
   }
 
-private:
-  const uint8_t *data;
-  size_t size;
-  size_t pos = 0;
-  size_t base;
+protected:
+  [[noreturn]] void truncated(const std::string &what, size_t n) override {
+    invalid("plan is truncated: " + shortfall(what, n));
+  }
 };
 
 /// Elements of `shape`; false on overflow.
@@ -466,19 +424,19 @@ std::unique_ptr<Plan> loadplan::parsePlan(const uint8_t *data, size_t size) {
                    " takes ", LOADPLAN_PLAN_HEADER_SIZE));
   if (std::memcmp(data, LOADPLAN_PLAN_MAGIC, LOADPLAN_PLAN_MAGIC_SIZE) != 0)
     invalid("not a plan file: the magic is not \"LOADPLAN\"");
-  uint32_t version = le32(data + 8);
+  uint32_t version = loadU32(data + FileHeader::kVersionAt);
   if (version != LOADPLAN_PLAN_VERSION)
     invalid(concat("plan format version ", version,
                    " is not supported (this runtime reads version ",
                    LOADPLAN_PLAN_VERSION, ")"));
-  uint32_t headerSize = le32(data + 12);
+  uint32_t headerSize = loadU32(data + FileHeader::kHeaderSizeAt);
   if (headerSize != LOADPLAN_PLAN_HEADER_SIZE)
     invalid(concat("header size is ", headerSize, ", not ",
                    LOADPLAN_PLAN_HEADER_SIZE));
   auto plan = std::make_unique<Plan>();
-  plan->fingerprint = le64(data + 16);
-  uint64_t payloadSize = le64(data + 24);
-  uint64_t checksum = le64(data + 32);
+  plan->fingerprint = loadU64(data + FileHeader::kFingerprintAt);
+  uint64_t payloadSize = loadU64(data + FileHeader::kPayloadSizeAt);
+  uint64_t checksum = loadU64(data + FileHeader::kChecksumAt);
   size_t available = size - LOADPLAN_PLAN_HEADER_SIZE;
   if (payloadSize > available)
     invalid(concat("plan is truncated: the header announces a payload of ",
@@ -596,13 +554,7 @@ std::unique_ptr<Plan> loadplan::parsePlan(const uint8_t *data, size_t size) {
                    " are not part of the format"));
   plan->numBoxes = static_cast<uint32_t>(numBoxes);
 
-  uint64_t fingerprint = LOADPLAN_FNV1A64_INIT;
-  for (const Target &t : plan->targets)
-    fingerprint = loadplan_fingerprint_target(
-        fingerprint, t.module.data(), t.module.size(), t.tensor.data(),
-        t.tensor.size(), t.storage, t.byteOffset, t.dtype,
-        static_cast<uint32_t>(t.shape.size()), t.shape.data(),
-        t.stride.data());
+  uint64_t fingerprint = loadplan_format::layoutFingerprint(plan->targets);
   if (fingerprint != plan->fingerprint)
     invalid(concat("the header's fingerprint ", hex64(plan->fingerprint),
                    " is not that of the plan's own targets (",

@@ -1,6 +1,8 @@
 //===- Plan.h - A parsed, checked plan --------------------------*- C++ -*-===//
 //
-// The plan file (plan_format.h) as plain data. parsePlan accepts only a plan
+// The plan file (plan_format.h) as plain data: targets and writes as the
+// format library has them, entries with what the executors look up (flat
+// boxes, element counts, global box indices). parsePlan accepts only a plan
 // every later step can trust: all indices in range, every region inside its
 // storage and a reshape of its box, no two writes sharing a destination byte.
 //
@@ -9,6 +11,7 @@
 #ifndef LOADPLAN_RUNTIME_PLAN_H
 #define LOADPLAN_RUNTIME_PLAN_H
 
+#include "loadplan/format/PlanFile.h"
 #include "loadplan/runtime.h"
 
 #include <atomic>
@@ -24,22 +27,13 @@ namespace loadplan {
 /// Dims beyond this are refused; torch allows no more.
 constexpr uint32_t kMaxRank = 64;
 
-struct Target {
-  std::string module, tensor;
-  uint32_t storage = 0;
-  uint64_t byteOffset = 0;
-  uint32_t dtype = 0;
-  std::vector<int64_t> shape, stride;
+/// A target as the file has it, and what the reader derives of it.
+struct Target : loadplan_format::PlanTarget {
   /// Bytes from its first element to past its last; 0 when it has none.
   int64_t spanBytes = 0;
 };
 
-struct Write {
-  uint32_t target = 0;
-  uint32_t box = 0; // index into the entry's boxes
-  int64_t offset = 0;
-  std::vector<int64_t> shape, stride;
-};
+using Write = loadplan_format::PlanWrite;
 
 struct Entry {
   std::string name;

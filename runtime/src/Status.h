@@ -61,6 +61,13 @@ template <typename... Args>
   throw StatusError(code, concat(args...));
 }
 
+/// Throws INVALID_ARGUMENT saying `what` unless `condition`: the C API's
+/// checks of what it is handed (NULL pointers, mostly).
+inline void require(bool condition, const char *what) {
+  if (!condition)
+    fail(LOADPLAN_STATUS_INVALID_ARGUMENT, what);
+}
+
 /// A dtype a caller gave, for messages: torch's name, or the code where it
 /// names none.
 inline std::string dtypeText(uint32_t dtype) {

@@ -1,37 +1,25 @@
 //===- runtime.cpp - The C API ----------------------------------*- C++ -*-===//
 //
 // Every entry point runs its body through guard(): whatever the C++ inside
-// throws comes out as a status.
+// throws comes out as a status. Plans are Plan.cpp's, bindings and updates
+// Binding.cpp's; here are only the shims.
 //
 //===----------------------------------------------------------------------===//
 
-#include "Executor.h"
+#include "Binding.h"
 #include "Plan.h"
 #include "Status.h"
-#include "host/HostExecutor.h"
 #if LOADPLAN_HAVE_CUDA
 #include "cuda/CudaExecutor.h"
 #endif
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
-#include <thread>
 
 using namespace loadplan;
 
 namespace {
-
-/// More CPU threads than any machine has is a caller's mistake, not a
-/// reason to start them.
-constexpr uint32_t kMaxThreads = 4096;
-
-void require(bool condition, const char *what) {
-  if (!condition)
-    fail(LOADPLAN_STATUS_INVALID_ARGUMENT, what);
-}
 
 const Plan &planOf(const loadplan_plan_t *plan) {
   require(plan && plan->plan, "plan is NULL");
@@ -42,173 +30,6 @@ loadplan_plan_t *adopt(std::unique_ptr<Plan> plan) {
   auto *handle = new loadplan_plan_t;
   handle->plan = std::move(plan);
   return handle;
-}
-
-/// "[(0, 4), (2, 6)]".
-std::string boxText(uint32_t rank, const int64_t *starts, const int64_t *stops) {
-  std::vector<std::string> dims;
-  for (uint32_t d = 0; d < rank; ++d)
-    dims.push_back(concat("(", starts[d], ", ", stops[d], ")"));
-  return concat(dims);
-}
-
-std::string hexAddress(uintptr_t p) {
-  char text[24];
-  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(p));
-  return text;
-}
-
-} // namespace
-
-/// A plan bound to live memory, with the scratch an apply needs, sized once
-/// here so that applying allocates nothing.
-struct loadplan_binding_t {
-  loadplan_plan_t *handle = nullptr;
-  const Plan *plan = nullptr;
-  loadplan_device_t device{};
-  std::unique_ptr<Executor> executor;
-  /// One apply at a time: the scratch below is shared.
-  std::mutex mutex;
-
-  std::vector<const uint8_t *> entrySource, boxSource;
-  /// An entry or box was seen in the current batch when its stamp is
-  /// `stamp`; bumping `stamp` clears all marks at once.
-  std::vector<uint32_t> entryStamp, boxStamp;
-  uint32_t stamp = 0;
-  /// Which input of the batch named each entry or box.
-  std::vector<uint32_t> entryInput, boxInput, entryBoxCount;
-  std::vector<uint32_t> active;
-  const char *inputKind = "tensor";
-
-  ~loadplan_binding_t() {
-    executor.reset(); // before the plan it points into
-    loadplan_plan_release(handle);
-  }
-
-  void nextStamp() {
-    if (++stamp == 0) {
-      std::fill(entryStamp.begin(), entryStamp.end(), 0);
-      std::fill(boxStamp.begin(), boxStamp.end(), 0);
-      stamp = 1;
-    }
-  }
-
-  std::string label(size_t input, std::string_view name) const {
-    return concat(inputKind, " ", input, " (", quote(name), ")");
-  }
-
-  /// The direct entry `name` names, or an INVALID_UPDATE saying why not.
-  uint32_t lookup(const char *name, size_t size, size_t input) const {
-    if (!name && size)
-      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, inputKind, " ", input,
-           ": name is NULL");
-    std::string_view key(name ? name : "", size);
-    auto it = plan->byName.find(key);
-    if (it == plan->byName.end())
-      fail(LOADPLAN_STATUS_INVALID_UPDATE, label(input, key),
-           ": no such name in the plan");
-    const Entry &e = plan->entries[it->second];
-    if (e.kind == LOADPLAN_KIND_FALLBACK)
-      fail(LOADPLAN_STATUS_INVALID_UPDATE, label(input, key),
-           " is a fallback (", e.reason,
-           "); send it through the model's loader");
-    if (e.kind == LOADPLAN_KIND_UNNEEDED)
-      fail(LOADPLAN_STATUS_INVALID_UPDATE, label(input, key),
-           " is not needed on this rank; do not send it");
-    return it->second;
-  }
-
-  bool sameBox(const Entry &e, uint32_t box, const int64_t *starts,
-               const int64_t *stops) const {
-    for (uint32_t d = 0; d < e.rank(); ++d)
-      if (starts[d] != e.boxStart(box, d) || stops[d] != e.boxStop(box, d))
-        return false;
-    return true;
-  }
-
-  /// Refuses a box batch that names an entry without sending all its boxes.
-  void requireAllBoxes() const {
-    for (uint32_t ei : active) {
-      const Entry &e = plan->entries[ei];
-      if (entryBoxCount[ei] == e.numBoxes)
-        continue;
-      uint32_t missing = 0;
-      while (boxStamp[e.firstBox + missing] == stamp)
-        ++missing;
-      std::vector<int64_t> starts, stops;
-      for (uint32_t d = 0; d < e.rank(); ++d) {
-        starts.push_back(e.boxStart(missing, d));
-        stops.push_back(e.boxStop(missing, d));
-      }
-      fail(LOADPLAN_STATUS_INVALID_UPDATE, "box ", entryInput[ei], " (",
-           quote(e.name), "): the batch lacks box ", missing, " ",
-           boxText(e.rank(), starts.data(), stops.data()), " of ",
-           quote(e.name), " (it sends ", entryBoxCount[ei], " of its ",
-           e.numBoxes, " boxes)");
-    }
-  }
-
-  Batch batch(SourceForm form) {
-    return Batch{form,
-                 active.data(),
-                 active.size(),
-                 entrySource.data(),
-                 boxSource.data(),
-                 [](const void *context, uint32_t entry, uint32_t box) {
-                   auto *b = static_cast<const loadplan_binding_t *>(context);
-                   const Entry &e = b->plan->entries[entry];
-                   bool byBox = std::strcmp(b->inputKind, "box") == 0;
-                   return b->label(byBox ? b->boxInput[box]
-                                         : b->entryInput[entry],
-                                   e.name);
-                 },
-                 this};
-  }
-
-  void run(SourceForm form, void *stream) {
-    if (device.type == LOADPLAN_DEVICE_CPU && stream)
-      fail(LOADPLAN_STATUS_INVALID_ARGUMENT,
-           "stream must be NULL for a CPU binding");
-    Batch b = batch(form);
-    executor->checkSources(b);
-    executor->run(b, stream);
-  }
-};
-
-namespace {
-
-/// Checks a batch whole, then copies it: `checkInput` checks one input
-/// past its name and dtype and records its source. Nothing is written
-/// unless every input passes.
-template <typename Input, typename CheckInput>
-loadplan_status_t applyBatch(loadplan_binding_t *binding, const Input *inputs,
-                             size_t count, void *stream, SourceForm form,
-                             CheckInput checkInput) {
-  return guard([&] {
-    bool byBox = form == SourceForm::Box;
-    require(binding, "binding is NULL");
-    require(inputs || !count, byBox ? "boxes is NULL" : "tensors is NULL");
-    std::lock_guard<std::mutex> lock(binding->mutex);
-    loadplan_binding_t &b = *binding;
-    b.inputKind = byBox ? "box" : "tensor";
-    b.nextStamp();
-    b.active.clear();
-    for (size_t i = 0; i < count; ++i) {
-      const Input &in = inputs[i];
-      uint32_t ei = b.lookup(in.name, in.name_size, i);
-      const Entry &e = b.plan->entries[ei];
-      // Messages are built only on failure: the good path allocates nothing.
-      auto label = [&] { return b.label(i, e.name); };
-      if (in.dtype != e.dtype)
-        fail(LOADPLAN_STATUS_INVALID_UPDATE, label(), " has dtype ",
-             dtypeText(in.dtype), " but the plan expects ",
-             loadplan_dtype_name(e.dtype));
-      checkInput(b, in, i, ei, e, label);
-    }
-    if (byBox)
-      b.requireAllBoxes();
-    b.run(form, stream);
-  });
 }
 
 } // namespace
@@ -430,98 +251,11 @@ loadplan_status_t loadplan_bind(loadplan_plan_t *plan,
     loadplan_bind_options_init(&opts);
     if (options)
       opts = *options;
-    if (opts.device.type != LOADPLAN_DEVICE_CPU &&
-        opts.device.type != LOADPLAN_DEVICE_CUDA)
-      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "unknown device type ",
-           opts.device.type);
-    if (opts.device.type == LOADPLAN_DEVICE_CPU && opts.device.index != 0)
-      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "CPU device index must be 0, not ",
-           opts.device.index);
-    if (opts.num_threads > kMaxThreads)
-      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "num_threads ", opts.num_threads,
-           " is more than ", kMaxThreads);
-    checkLayout(p, layouts, num_layouts);
-
-    // Storage bases: the plan may only write where it was told storages
-    // are, so the caller's memory must have the plan's storage structure.
-    size_t numStorages = p.storageSizes.size();
-    std::vector<uint8_t *> bases(numStorages, nullptr);
-    std::vector<int64_t> firstTarget(numStorages, -1);
-    for (size_t i = 0; i < num_layouts; ++i) {
-      const loadplan_target_layout_t &l = layouts[i];
-      const Target &t = p.targets[i];
-      std::string label =
-          concat("target ", i, " (", quote(t.module + "." + t.tensor), ")");
-      uintptr_t data = reinterpret_cast<uintptr_t>(l.data);
-      if (!data && !t.spanBytes)
-        continue; // no bytes: torch gives empty tensors no memory
-      if (!data)
-        fail(LOADPLAN_STATUS_INVALID_ARGUMENT, label, ": data is NULL");
-      if (data < l.byte_offset)
-        fail(LOADPLAN_STATUS_INVALID_ARGUMENT, label, ": data ",
-             hexAddress(data), " is below its byte offset ", l.byte_offset);
-      uint64_t planSize = p.storageSizes[t.storage];
-      if (l.storage_size < planSize)
-        fail(LOADPLAN_STATUS_FINGERPRINT_MISMATCH, label, ": its storage has ",
-             l.storage_size, " bytes but the plan was made for ", planSize);
-      uint8_t *base = reinterpret_cast<uint8_t *>(data - l.byte_offset);
-      if (firstTarget[t.storage] < 0) {
-        firstTarget[t.storage] = static_cast<int64_t>(i);
-        bases[t.storage] = base;
-      } else if (bases[t.storage] != base) {
-        fail(LOADPLAN_STATUS_FINGERPRINT_MISMATCH, label, " and target ",
-             firstTarget[t.storage], " share storage ", t.storage,
-             " in the plan but are bound to different storages (starting at ",
-             hexAddress(reinterpret_cast<uintptr_t>(base)), " and ",
-             hexAddress(reinterpret_cast<uintptr_t>(bases[t.storage])), ")");
-      }
-    }
-    // Storages the plan keeps apart must be apart: its overlap check was
-    // done per storage.
-    std::vector<uint32_t> order;
-    for (uint32_t s = 0; s < numStorages; ++s)
-      if (bases[s] && p.storageSizes[s])
-        order.push_back(s);
-    std::sort(order.begin(), order.end(),
-              [&](uint32_t a, uint32_t b) { return bases[a] < bases[b]; });
-    for (size_t k = 1; k < order.size(); ++k) {
-      uint32_t a = order[k - 1], b = order[k];
-      if (reinterpret_cast<uintptr_t>(bases[b]) -
-              reinterpret_cast<uintptr_t>(bases[a]) <
-          p.storageSizes[a])
-        fail(LOADPLAN_STATUS_FINGERPRINT_MISMATCH, "storages ", a, " and ", b,
-             " (of targets ", firstTarget[a], " and ", firstTarget[b],
-             ") overlap in memory but the plan holds them apart");
-    }
-
-    auto binding = std::make_unique<loadplan_binding_t>();
-    binding->device = opts.device;
-    if (opts.device.type == LOADPLAN_DEVICE_CPU) {
-      unsigned threads = opts.num_threads;
-      if (!threads)
-        threads = std::max(1u, std::thread::hardware_concurrency());
-      binding->executor = makeHostExecutor(p, bases, threads);
-    } else {
-#if LOADPLAN_HAVE_CUDA
-      binding->executor = makeCudaExecutor(p, bases, opts.device.index);
-#else
-      fail(LOADPLAN_STATUS_UNAVAILABLE,
-           "this runtime was built without CUDA; bind to the CPU or rebuild "
-           "with the CUDA toolkit");
-#endif
-    }
-    binding->entrySource.assign(p.entries.size(), nullptr);
-    binding->boxSource.assign(p.numBoxes, nullptr);
-    binding->entryStamp.assign(p.entries.size(), 0);
-    binding->boxStamp.assign(p.numBoxes, 0);
-    binding->entryInput.assign(p.entries.size(), 0);
-    binding->boxInput.assign(p.numBoxes, 0);
-    binding->entryBoxCount.assign(p.entries.size(), 0);
-    binding->active.reserve(p.entries.size());
+    auto handle = std::make_unique<loadplan_binding_t>();
+    handle->binding = std::make_unique<Binding>(p, layouts, num_layouts, opts);
     loadplan_plan_retain(plan);
-    binding->handle = plan;
-    binding->plan = &p;
-    *out_binding = binding.release();
+    handle->handle = plan;
+    *out_binding = handle.release();
   });
 }
 
@@ -537,9 +271,9 @@ void loadplan_binding_release(loadplan_binding_t *binding) {
 loadplan_status_t loadplan_binding_num_threads(const loadplan_binding_t *binding,
                                                uint32_t *out_num_threads) {
   return guard([&] {
-    require(binding, "binding is NULL");
+    require(binding && binding->binding, "binding is NULL");
     require(out_num_threads, "out_num_threads is NULL");
-    *out_num_threads = binding->executor->numThreads();
+    *out_num_threads = binding->binding->numThreads();
   });
 }
 
@@ -550,70 +284,19 @@ loadplan_status_t loadplan_binding_num_threads(const loadplan_binding_t *binding
 loadplan_status_t loadplan_apply_tensors(loadplan_binding_t *binding,
                                          const loadplan_tensor_t *tensors,
                                          size_t num_tensors, void *stream) {
-  return applyBatch(
-      binding, tensors, num_tensors, stream, SourceForm::Tensor,
-      [](loadplan_binding_t &b, const loadplan_tensor_t &t, size_t i,
-         uint32_t ei, const Entry &e, auto label) {
-        if (b.entryStamp[ei] == b.stamp)
-          fail(LOADPLAN_STATUS_INVALID_UPDATE, label(),
-               " is sent twice (also as tensor ", b.entryInput[ei], ")");
-        if (t.rank && !t.shape)
-          fail(LOADPLAN_STATUS_INVALID_ARGUMENT, label(), ": shape is NULL");
-        // The message below prints the shape: not one of 2^32 values.
-        if (t.rank > kMaxRank)
-          fail(LOADPLAN_STATUS_INVALID_UPDATE, label(), " has rank ", t.rank,
-               " but the plan expects rank ", e.rank());
-        if (t.rank != e.rank() ||
-            !std::equal(e.shape.begin(), e.shape.end(), t.shape))
-          fail(LOADPLAN_STATUS_INVALID_UPDATE, label(), " has shape ",
-               std::vector<int64_t>(t.shape, t.shape + t.rank),
-               " but the plan expects ", e.shape);
-        if (!t.data && e.numElements)
-          fail(LOADPLAN_STATUS_INVALID_ARGUMENT, label(), ": data is NULL");
-        b.entryStamp[ei] = b.stamp;
-        b.entryInput[ei] = static_cast<uint32_t>(i);
-        b.entrySource[ei] = static_cast<const uint8_t *>(t.data);
-        b.active.push_back(ei);
-      });
+  return guard([&] {
+    require(binding && binding->binding, "binding is NULL");
+    binding->binding->applyTensors(tensors, num_tensors, stream);
+  });
 }
 
 loadplan_status_t loadplan_apply_boxes(loadplan_binding_t *binding,
                                        const loadplan_box_t *boxes,
                                        size_t num_boxes, void *stream) {
-  return applyBatch(
-      binding, boxes, num_boxes, stream, SourceForm::Box,
-      [](loadplan_binding_t &b, const loadplan_box_t &in, size_t i,
-         uint32_t ei, const Entry &e, auto label) {
-        if (in.rank != e.rank())
-          fail(LOADPLAN_STATUS_INVALID_UPDATE, label(), " has rank ", in.rank,
-               " but the plan's tensor has rank ", e.rank());
-        if (in.rank && (!in.starts || !in.stops))
-          fail(LOADPLAN_STATUS_INVALID_ARGUMENT, label(),
-               ": starts or stops is NULL");
-        uint32_t box = 0;
-        while (box < e.numBoxes && !b.sameBox(e, box, in.starts, in.stops))
-          ++box;
-        if (box == e.numBoxes)
-          fail(LOADPLAN_STATUS_INVALID_UPDATE, label(), ": box ",
-               boxText(in.rank, in.starts, in.stops), " is not one of the ",
-               e.numBoxes, " boxes the plan needs");
-        uint32_t gb = e.firstBox + box;
-        if (b.boxStamp[gb] == b.stamp)
-          fail(LOADPLAN_STATUS_INVALID_UPDATE, label(), ": box ", box,
-               " is sent twice (also as box ", b.boxInput[gb], ")");
-        if (!in.data && e.boxElements(box))
-          fail(LOADPLAN_STATUS_INVALID_ARGUMENT, label(), ": data is NULL");
-        b.boxStamp[gb] = b.stamp;
-        b.boxInput[gb] = static_cast<uint32_t>(i);
-        b.boxSource[gb] = static_cast<const uint8_t *>(in.data);
-        if (b.entryStamp[ei] != b.stamp) {
-          b.entryStamp[ei] = b.stamp;
-          b.entryInput[ei] = static_cast<uint32_t>(i);
-          b.entryBoxCount[ei] = 0;
-          b.active.push_back(ei);
-        }
-        ++b.entryBoxCount[ei];
-      });
+  return guard([&] {
+    require(binding && binding->binding, "binding is NULL");
+    binding->binding->applyBoxes(boxes, num_boxes, stream);
+  });
 }
 
 loadplan_status_t loadplan_cuda_device_count(int32_t *out_count) {

@@ -21,7 +21,7 @@ namespace {
 /// own, so that a box batch can lack a box.
 TestPlan tablePlan() {
   TestPlan p = samplePlan();
-  p.storages.push_back(8 * 2);
+  p.storageSizes.push_back(8 * 2);
   uint32_t t = p.addTarget(
       {"layers.0.extra", "weight", 4, 0, LOADPLAN_DTYPE_BFLOAT16, {8}, {1}});
   p.entries[0].boxes.push_back({{0, 0}, {1, 8}});
@@ -84,11 +84,6 @@ struct Live {
   std::mt19937_64 rng{5};
   Update update;
 };
-
-void put32(std::vector<uint8_t> &bytes, size_t at, uint32_t v) {
-  for (int i = 0; i < 4; ++i)
-    bytes[at + i] = uint8_t(v >> (8 * i));
-}
 
 //===----------------------------------------------------------------------===//
 // The plan reader
@@ -175,10 +170,14 @@ std::vector<PlanCase> planCases() {
        "plan is truncated: 39 bytes, but the header alone takes 40"},
       {"BadMagic", bytesOf([](auto &b) { b[7] = 'X'; }), kInvalidPlan,
        "not a plan file: the magic is not \"LOADPLAN\""},
-      {"BadVersion", bytesOf([](auto &b) { put32(b, 8, 2); }), kInvalidPlan,
+      {"BadVersion",
+       bytesOf([](auto &b) { storeU32(b.data() + FileHeader::kVersionAt, 2); }),
+       kInvalidPlan,
        "plan format version 2 is not supported (this runtime reads version "
        "1)"},
-      {"BadHeaderSize", bytesOf([](auto &b) { put32(b, 12, 32); }),
+      {"BadHeaderSize", bytesOf([](auto &b) {
+         storeU32(b.data() + FileHeader::kHeaderSizeAt, 32);
+       }),
        kInvalidPlan, "header size is 32, not 40"},
       {"TruncatedPayload", bytesOf([](auto &b) { b.pop_back(); }), kInvalidPlan,
        "plan is truncated: the header announces a payload of 1311 bytes but "
@@ -188,7 +187,8 @@ std::vector<PlanCase> planCases() {
       {"ChecksumMismatch", bytesOf([](auto &b) { b[60] ^= 1; }), kInvalidPlan,
        "checksum mismatch: the header says 0x4b553b908761ffc3 but the payload "
        "hashes to 0xbed2ea4653b00adc (the file is damaged)"},
-      {"FingerprintNotOfTargets", bytesOf([](auto &b) { b[16] ^= 1; }),
+      {"FingerprintNotOfTargets",
+       bytesOf([](auto &b) { b[FileHeader::kFingerprintAt] ^= 1; }),
        kInvalidPlan,
        "the header's fingerprint 0x970b7991387f1d20 is not that of the plan's "
        "own targets (0x970b7991387f1d21)"},
@@ -201,12 +201,12 @@ std::vector<PlanCase> planCases() {
        kInvalidPlan,
        "plan is truncated: entry 1 dtype at byte 740 needs 4 bytes but 0 are "
        "left"},
-      {"HugeStorageCount", payloadOf([](auto &b) { put32(b, 0, ~0u); }),
+      {"HugeStorageCount", payloadOf([](auto &b) { storeU32(b.data(), ~0u); }),
        kInvalidPlan,
        "plan is truncated: 4294967295 storages need at least 34359738360 "
        "bytes but 1307 are left at byte 44"},
       {"StorageOf2To63Bytes",
-       planOf([](TestPlan &p) { p.storages[1] = uint64_t(1) << 63; }),
+       planOf([](TestPlan &p) { p.storageSizes[1] = uint64_t(1) << 63; }),
        kInvalidPlan, "storage 1 has 9223372036854775808 bytes, more than 2^63"},
       {"BytesAfterTheLastEntry", payloadOf([](auto &b) { b.push_back(0); }),
        kInvalidPlan,

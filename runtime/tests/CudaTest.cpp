@@ -66,7 +66,7 @@ struct DeviceStorages {
   std::vector<std::vector<uint8_t>> download() {
     std::vector<std::vector<uint8_t>> out;
     for (size_t s = 0; s < buffers.size(); ++s) {
-      out.emplace_back(plan.storages[s]);
+      out.emplace_back(plan.storageSizes[s]);
       EXPECT_EQ(cudaMemcpy(out.back().data(), buffers[s]->data,
                            out.back().size(), cudaMemcpyDeviceToHost),
                 cudaSuccess);

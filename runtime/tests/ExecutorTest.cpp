@@ -90,7 +90,7 @@ TEST(Executor, LargeCopiesArePiecedAndShared) {
 // next to a per-tensor scale written into every slot of a target.
 TEST(Executor, ScalarsAndReplicatedScales) {
   TestPlan p;
-  p.storages = {4, 4 * 4};
+  p.storageSizes = {4, 4 * 4};
   p.addTarget({"layer", "bias", 0, 0, LOADPLAN_DTYPE_FLOAT32, {1}, {1}});
   p.addTarget({"experts", "scale", 1, 0, LOADPLAN_DTYPE_FLOAT32, {4}, {1}});
   p.entries.push_back({"bias", LOADPLAN_KIND_DIRECT, LOADPLAN_DTYPE_FLOAT32,
@@ -131,7 +131,7 @@ TEST(Executor, RepeatedUpdatesReuseTheBinding) {
 
 TEST(Copies, MergeDims) {
   // A contiguous [4, 6] float box into a contiguous region: one run.
-  std::vector<CopyDim> dims = {{4, 24, 24}, {6, 4, 4}};
+  std::vector<ByteDim> dims = {{4, 24, 24}, {6, 4, 4}};
   EXPECT_EQ(mergeDims(dims, 4), 96);
   EXPECT_TRUE(dims.empty());
   // Rows of a column block: rows stay, columns are the run.
@@ -274,7 +274,7 @@ TEST(DeviceCode, KernelArithmeticMatchesTheReference) {
 TEST(DeviceCode, RefusesCopiesWithTooManyDims) {
   // A [2]*7 tensor written fully transposed: no two dims merge, 7 remain.
   TestPlan p;
-  p.storages = {128 * 4};
+  p.storageSizes = {128 * 4};
   std::vector<int64_t> shape(7, 2), stride;
   for (int k = 0; k < 7; ++k)
     stride.push_back(int64_t(1) << k);
@@ -302,7 +302,7 @@ TEST(DeviceCode, RefusesCopiesWithTooManyDims) {
 
 TEST(DeviceCode, WidestAccessThatFits) {
   TestPlan p;
-  p.storages = {4096};
+  p.storageSizes = {4096};
   p.addTarget({"t", "w", 0, 0, LOADPLAN_DTYPE_FLOAT32, {32, 32}, {32, 1}});
   // Rows of 16 floats at a 64-byte pitch: 16-byte accesses.
   p.entries.push_back({"a", LOADPLAN_KIND_DIRECT, LOADPLAN_DTYPE_FLOAT32,

@@ -445,12 +445,10 @@ protected:
     return s;
   }
 
-  /// `b` with its header's checksum made right for its payload.
-  static std::vector<uint8_t> fixChecksum(std::vector<uint8_t> b) {
-    uint64_t sum = loadplan_fnv1a64(LOADPLAN_FNV1A64_INIT, b.data() + 40,
-                                    b.size() - 40);
-    for (int i = 0; i < 8; ++i)
-      b[32 + i] = uint8_t(sum >> (8 * i));
+  /// `b` with its header's payload size and checksum made right for its
+  /// payload.
+  static std::vector<uint8_t> resealed(std::vector<uint8_t> b) {
+    loadplan_format::resealHeader(b.data(), b.size());
     return b;
   }
 
@@ -488,7 +486,7 @@ TEST_F(ScheduleFile, RefusesBadHeaders) {
   b[0] = 'X';
   EXPECT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN, "not a schedule file"));
   b = bytes;
-  b[8] = 9;
+  b[FileHeader::kVersionAt] = 9;
   EXPECT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN, "version 9 is not 1"));
   b = bytes;
   b.push_back(0);
@@ -498,7 +496,7 @@ TEST_F(ScheduleFile, RefusesBadHeaders) {
   b.back() ^= 1;
   EXPECT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN, "checksum"));
   b = bytes;
-  b[16] ^= 1; // the fingerprint
+  b[FileHeader::kFingerprintAt] ^= 1;
   EXPECT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN,
                       "is not that of its inputs"));
   // A plan file is not a schedule.
@@ -510,13 +508,9 @@ TEST_F(ScheduleFile, RefusesBadHeaders) {
 TEST_F(ScheduleFile, TruncatedAnywhereIsRefused) {
   for (size_t n = 0; n < bytes.size(); ++n) {
     std::vector<uint8_t> b(bytes.begin(), bytes.begin() + n);
-    if (n >= 40) {
-      // Make the header agree, so that the payload checks are reached.
-      uint64_t size = n - 40;
-      for (int i = 0; i < 8; ++i)
-        b[24 + i] = uint8_t(size >> (8 * i));
-      b = fixChecksum(b);
-    }
+    // Make the header agree, so that the payload checks are reached.
+    if (n >= FileHeader::kSize)
+      b = resealed(b);
     ASSERT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN, "")) << n;
   }
 }
@@ -528,8 +522,9 @@ TEST_F(ScheduleFile, RandomByteFlipsNeverCrash) {
     std::vector<uint8_t> b = bytes;
     int flips = 1 + int(rng() % 3);
     for (int f = 0; f < flips; ++f)
-      b[40 + rng() % (b.size() - 40)] ^= uint8_t(1 + rng() % 255);
-    loadplan_status_t s = open(fixChecksum(b));
+      b[FileHeader::kSize + rng() % (b.size() - FileHeader::kSize)] ^=
+          uint8_t(1 + rng() % 255);
+    loadplan_status_t s = open(resealed(b));
     if (s) {
       ++refused;
       EXPECT_EQ(loadplan_status_code(s), LOADPLAN_STATUS_INVALID_PLAN)

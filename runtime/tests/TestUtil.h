@@ -214,7 +214,7 @@ struct Scenario {
 inline TestPlan samplePlan() {
   TestPlan p;
   constexpr uint32_t bf16 = LOADPLAN_DTYPE_BFLOAT16;
-  p.storages = {12 * 8 * 2, 8 * 4 * 2, 6 * 4 * 2, 2 * 8 * 2 + 16};
+  p.storageSizes = {12 * 8 * 2, 8 * 4 * 2, 6 * 4 * 2, 2 * 8 * 2 + 16};
   uint32_t qkv = p.addTarget({"layers.0.attn.qkv", "weight", 0, 0, bf16,
                               {12, 8}, {8, 1}});
   uint32_t o = p.addTarget({"layers.0.attn.o", "weight", 1, 0, bf16,
@@ -257,12 +257,12 @@ public:
 
   TestPlan build(int numEntries, int64_t maxDim) {
     TestPlan p;
-    p.storages.assign(3, 0);
+    p.storageSizes.assign(3, 0);
     for (int i = 0; i < numEntries; ++i)
       addEntry(p, "e" + std::to_string(i), maxDim);
     addFused(p, "fused", maxDim);
     // Slack at the end of each storage: bytes nobody writes.
-    for (uint64_t &s : p.storages)
+    for (uint64_t &s : p.storageSizes)
       s += pick(0, 64);
     return p;
   }
@@ -270,7 +270,7 @@ public:
   /// One large entry whose copies need several pieces per thread.
   TestPlan buildLarge(int64_t rows, int64_t cols) {
     TestPlan p;
-    p.storages.assign(2, 0);
+    p.storageSizes.assign(2, 0);
     TestEntry e{"big", LOADPLAN_KIND_DIRECT, LOADPLAN_DTYPE_FLOAT32,
                 {rows, cols}, std::nullopt, {}, {}};
     // Rows [1, rows - 1) contiguous; and all of it transposed.
@@ -293,7 +293,7 @@ private:
 
   /// A new target of `elements` elements at the end of `storage`.
   uint32_t place(TestPlan &p, uint32_t storage, size_t item, int64_t elements) {
-    uint64_t &end = p.storages[storage];
+    uint64_t &end = p.storageSizes[storage];
     end = (end + item - 1) / item * item + item * pick(0, 3);
     uint32_t dtype = item == 1   ? LOADPLAN_DTYPE_UINT8
                      : item == 2 ? LOADPLAN_DTYPE_BFLOAT16
@@ -379,7 +379,7 @@ private:
     int64_t rows = pick(1, maxDim), cols = pick(1, maxDim);
     int n = int(pick(2, 3));
     uint32_t storage = uint32_t(pick(0, 2));
-    uint64_t &end = p.storages[storage];
+    uint64_t &end = p.storageSizes[storage];
     end = (end + 3) / 4 * 4;
     uint32_t target = p.addTarget({prefix, "w", storage, end,
                                    LOADPLAN_DTYPE_FLOAT32,

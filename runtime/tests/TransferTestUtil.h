@@ -171,8 +171,8 @@ inline TestPlan tpPlan(int64_t tp, int64_t r, int64_t experts = 4) {
   TestPlan p;
   int64_t rows = 16 / tp, cols = 16 / tp;
   int64_t mine = experts / tp;
-  p.storages = {uint64_t(rows * 8 * 2), uint64_t(8 * cols * 2), 2 * 8 * 2,
-                uint64_t(mine * 16 * 2)};
+  p.storageSizes = {uint64_t(rows * 8 * 2), uint64_t(8 * cols * 2), 2 * 8 * 2,
+                    uint64_t(mine * 16 * 2)};
   uint32_t qkv = p.addTarget({"attn.qkv", "weight", 0, 0, bf16, {rows, 8}, {8, 1}});
   uint32_t o = p.addTarget({"attn.o", "weight", 1, 0, bf16, {8, cols}, {cols, 1}});
   uint32_t n0 = p.addTarget({"norm", "weight", 2, 0, bf16, {8}, {1}});

@@ -160,7 +160,7 @@ TEST_F(UpdateTest, BoxNotInThePlan) {
 TEST_F(UpdateTest, MissingBox) {
   // A two-box entry with only one of them sent.
   TestPlan p = samplePlan();
-  p.storages.push_back(4 * 4);
+  p.storageSizes.push_back(4 * 4);
   uint32_t t = p.addTarget({"extra", "w", 4, 0, LOADPLAN_DTYPE_BFLOAT16, {8}, {1}});
   p.entries[0].boxes.push_back({{0, 0}, {1, 8}});
   p.entries[0].writes.push_back({t, 1, 0, {1, 8}, {8, 1}});

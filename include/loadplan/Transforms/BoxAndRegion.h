@@ -18,9 +18,10 @@
 namespace mlir {
 namespace loadplan {
 
-/// One dim of a copied tensor: its size, its stride in the checkpoint tensor
-/// and its stride in the destination.
-struct CopyDim {
+/// One dim of a copied tensor, all in elements: its size, its stride in the
+/// checkpoint tensor and its stride in the destination. (The runtime's
+/// ByteDim is the same dim with its strides in bytes.)
+struct ElementDim {
   int64_t size;
   int64_t srcStride;
   int64_t dstStride;
@@ -45,7 +46,7 @@ struct BoxAndRegion {
 /// shape (4, 6), stride (1, 4).
 FailureOr<BoxAndRegion> computeBoxAndRegion(ArrayRef<int64_t> ckptShape,
                                             int64_t srcOffset,
-                                            ArrayRef<CopyDim> dims,
+                                            ArrayRef<ElementDim> dims,
                                             std::string &why);
 
 /// One write of a copy that is several boxes: its destination offset
@@ -65,7 +66,7 @@ struct BoxPiece {
 /// however it is cut, or when there would be more than `maxPieces`.
 FailureOr<std::vector<BoxPiece>>
 computeBoxesAndRegions(ArrayRef<int64_t> ckptShape, int64_t srcOffset,
-                       ArrayRef<CopyDim> dims, std::string &why,
+                       ArrayRef<ElementDim> dims, std::string &why,
                        size_t maxPieces = 1024);
 
 } // namespace loadplan

@@ -1,7 +1,8 @@
 //===- Plan.h - The load plan of a compiled module --------------*- C++ -*-===//
 //
-// The plan as plain data, read off a module the pipeline has compiled, and
-// its two encodings: the binary plan file (plan_format.h) and JSON.
+// The plan read off a module the pipeline has compiled, as the plain data
+// of the runtime's format library (loadplan/format/PlanFile.h), and its
+// encodings: the binary plan file, which that library writes, and JSON.
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,60 +12,22 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LLVM.h"
 #include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include "loadplan/format/PlanFile.h"
 #include "loadplan/plan_format.h"
 
-#include <optional>
 #include <string>
-#include <vector>
 
 namespace mlir {
 namespace loadplan {
 
-struct PlanTarget {
-  std::string module, tensor;
-  uint32_t storage;
-  int64_t byteOffset;
-  uint32_t dtype;
-  SmallVector<int64_t> shape, stride;
-};
-
-struct PlanBox {
-  SmallVector<int64_t> starts, stops;
-  bool operator==(const PlanBox &o) const {
-    return starts == o.starts && stops == o.stops;
-  }
-};
-
-struct PlanWrite {
-  uint32_t target;
-  uint32_t box; // index into the entry's boxes
-  int64_t offset;
-  SmallVector<int64_t> shape, stride;
-};
-
-struct PlanEntry {
-  std::string name;
-  loadplan_entry_kind_t kind;
-  uint32_t dtype;
-  SmallVector<int64_t> shape;
-  std::optional<std::string> reason;
-  /// Parts this rank needs: the distinct boxes of the writes for a direct
-  /// name, the whole tensor for a fallback, none when unneeded.
-  std::vector<PlanBox> boxes;
-  std::vector<PlanWrite> writes;
-  /// Bytes the engine moves for this name on this rank (INT64_MAX if more).
-  int64_t neededBytes() const;
-};
-
-struct Plan {
-  std::vector<int64_t> storageSizes;
-  std::vector<PlanTarget> targets;
-  std::vector<PlanEntry> entries;
-  uint64_t fingerprint = 0;
-};
+/// The plan as plain data: the format library's, whose encoder writes it.
+using Plan = ::loadplan_format::Plan;
+using PlanBox = ::loadplan_format::PlanBox;
+using PlanEntry = ::loadplan_format::PlanEntry;
+using PlanTarget = ::loadplan_format::PlanTarget;
+using PlanWrite = ::loadplan_format::PlanWrite;
 
 /// The plan's dtype codes of MLIR element types, from plan_format.h's table
 /// (LOADPLAN_DTYPES), for one context.
@@ -83,7 +46,7 @@ StringRef getKindName(loadplan_entry_kind_t kind);
 /// Reads the plan off a module the pipeline compiled; emits an error and
 /// fails on what no plan can hold (an unknown dtype, a stray copy).
 FailureOr<Plan> buildPlan(ModuleOp module);
-/// The plan file's bytes.
+/// The plan file's bytes (the format library's encodePlan).
 std::string serializePlan(const Plan &plan);
 /// The plan as JSON (see --loadplan-emit-plan-json).
 void printPlanJson(const Plan &plan, raw_ostream &os);

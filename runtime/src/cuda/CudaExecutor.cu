@@ -229,7 +229,7 @@ private:
                   cudaStream_t s) {
     if (c.run < kMemcpy2DMinRun || c.numDims > 1)
       return false;
-    const CopyDim *dims = p.copies.dimsOf(c);
+    const ByteDim *dims = p.copies.dimsOf(c);
     int64_t srcPitch = c.numDims ? dims[0].srcStride : c.run;
     int64_t dstPitch = c.numDims ? dims[0].dstStride : c.run;
     if (srcPitch > kMemcpy2DMaxPitch || dstPitch > kMemcpy2DMaxPitch)

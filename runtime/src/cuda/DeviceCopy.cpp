@@ -27,7 +27,7 @@ DeviceProgram loadplan::buildDeviceProgram(const Copies &copies) {
     d.bytes = c.bytes();
     d.numDims = static_cast<int32_t>(c.numDims);
     uint64_t alignment = d.dst | uint64_t(d.srcOffset) | uint64_t(d.run);
-    const CopyDim *dims = copies.dimsOf(c);
+    const ByteDim *dims = copies.dimsOf(c);
     for (uint32_t k = 0; k < c.numDims; ++k) {
       d.size[k] = dims[k].size;
       d.srcStride[k] = dims[k].srcStride;

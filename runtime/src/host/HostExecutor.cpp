@@ -111,7 +111,7 @@ static void copyRuns(int64_t run, uint8_t *dst, const uint8_t *src,
 }
 
 /// copyPiece past the source offset, for a copy with dims.
-static void copyRows(const Copy &c, const CopyDim *dims, const uint8_t *src,
+static void copyRows(const Copy &c, const ByteDim *dims, const uint8_t *src,
                      int64_t begin, int64_t end, bool stream) {
   // Where row `row` starts: one division per dim, once per piece.
   int64_t row = begin / c.run;
@@ -132,7 +132,7 @@ static void copyRows(const Copy &c, const CopyDim *dims, const uint8_t *src,
   // Whole rows: the innermost dim in a tight loop, the others as an
   // odometer that carries the offsets along.
   uint32_t last = c.numDims - 1;
-  const CopyDim &inner = dims[last];
+  const ByteDim &inner = dims[last];
   for (int64_t rows = (end - begin) / c.run; rows > 0;) {
     int64_t n = std::min(inner.size - index[last], rows);
     copyRuns(c.run, c.dst + dstAt, src + srcAt, n, inner.dstStride,
@@ -152,7 +152,7 @@ static void copyRows(const Copy &c, const CopyDim *dims, const uint8_t *src,
   }
 }
 
-void loadplan::copyPiece(const Copy &c, const CopyDim *dims, const uint8_t *src,
+void loadplan::copyPiece(const Copy &c, const ByteDim *dims, const uint8_t *src,
                          int64_t begin, int64_t end, int64_t streamRun) {
   bool stream = streamRun > 0 && c.run >= streamRun;
   src += c.srcOffset;

@@ -48,7 +48,7 @@ void cutPieces(const Copies &copies, int64_t pieceBytes,
 /// Copies bytes [begin, end) of copy `c` (a piece) from `src`, the first
 /// byte of its source tensor or box. Where `c.run` is at least `streamRun`
 /// (> 0), with non-temporal stores.
-void copyPiece(const Copy &c, const CopyDim *dims, const uint8_t *src,
+void copyPiece(const Copy &c, const ByteDim *dims, const uint8_t *src,
                int64_t begin, int64_t end, int64_t streamRun = 0);
 
 std::unique_ptr<Executor> makeHostExecutor(const Plan &plan,

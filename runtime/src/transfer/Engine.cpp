@@ -3,6 +3,7 @@
 #include "Engine.h"
 #include "../Status.h"
 #include "../host/HostExecutor.h"
+#include "loadplan/format/ByteIO.h"
 #if LOADPLAN_HAVE_CUDA
 #include "../cuda/CudaExecutor.h"
 #endif
@@ -10,11 +11,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <iomanip>
 #include <thread>
 
 using namespace loadplan;
 using namespace loadplan::transfer;
+using loadplan_format::hex64;
 
 namespace {
 
@@ -28,12 +29,6 @@ struct Record {
 static_assert(sizeof(Record) == 512, "records are 512 bytes");
 
 enum Phase : uint64_t { kCreate = 0, kValidate = 1, kCommit = 2 };
-
-std::string hex64(uint64_t v) {
-  std::ostringstream os;
-  os << "0x" << std::hex << std::setw(16) << std::setfill('0') << v;
-  return os.str();
-}
 
 /// Adds an entry to a derived plan: a tensor of `shape` whose boxes `parts`
 /// (relative to the tensor) land in their regions.

@@ -44,6 +44,14 @@ bool loadplan::transfer::contains(const Box &outer, const Box &inner) {
   return true;
 }
 
+bool loadplan::transfer::boxInside(const Box &box,
+                                   const std::vector<int64_t> &shape) {
+  for (size_t k = 0; k < shape.size(); ++k)
+    if (box.lo[k] < 0 || box.lo[k] >= box.hi[k] || box.hi[k] > shape[k])
+      return false;
+  return true;
+}
+
 int64_t loadplan::transfer::offsetIn(const Box &inner, const Box &outer) {
   int64_t offset = 0, stride = 1;
   for (size_t k = outer.lo.size(); k-- > 0;) {

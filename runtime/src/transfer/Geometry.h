@@ -40,6 +40,9 @@ bool intersect(const Box &a, const Box &b, Box &out);
 
 bool contains(const Box &outer, const Box &inner);
 
+/// Whether `box` is non-empty in every dim and inside [0, shape[k]).
+bool boxInside(const Box &box, const std::vector<int64_t> &shape);
+
 /// The element offset of `inner`'s first element in `outer` packed
 /// row-major.
 int64_t offsetIn(const Box &inner, const Box &outer);

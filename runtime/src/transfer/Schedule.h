@@ -1,9 +1,19 @@
-//===- Schedule.h - Transfer schedules: build, serialize, parse --*- C++ -*-===//
+//===- Schedule.h - Transfer schedules: build, serialize, parse -*- C++ -*-===//
 //
 // A schedule is computed once from the senders' layout and the receivers'
 // plans (buildSchedule) and run on every update by each rank's engine. It
 // travels as bytes (schedule_format.h); parseSchedule accepts only bytes
 // whose every index, box and offset an engine can trust.
+//
+// Declared here, defined by job:
+//   ScheduleLanding.cpp  Landing: a receiver's needs and where its pieces
+//                        land in its plan's targets
+//   ScheduleBuilder.cpp  buildSchedule: cutting needs along the senders'
+//                        boxes, staging and rounds
+//   ScheduleFormat.cpp   the bytes: serializeSchedule, parseSchedule, the
+//                        fingerprint and planDigest
+//   ScheduleText.cpp     Schedule::summary, Schedule::text and the labels
+//                        messages share
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,7 +40,9 @@ struct Tensor {
   std::string name;
   uint32_t dtype = 0;
   std::vector<int64_t> shape;
-  int64_t itemSize() const;
+  int64_t itemSize() const {
+    return static_cast<int64_t>(loadplan_dtype_size(dtype));
+  }
 };
 
 struct Holding {
@@ -82,7 +94,10 @@ struct Schedule {
   /// The file: header and payload.
   std::vector<uint8_t> bytes;
 
-  uint64_t pieceBytes(const Piece &p) const;
+  uint64_t pieceBytes(const Piece &p) const {
+    const Need &need = receivers[p.receiver].needs[p.need];
+    return uint64_t(p.box.volume()) * uint64_t(tensors[need.tensor].itemSize());
+  }
   loadplan_schedule_summary_t summary() const;
   std::string text(uint32_t detail) const;
 };
@@ -137,10 +152,20 @@ private:
 /// The content digest of a plan (schedule_format.h).
 uint64_t planDigest(const Plan &plan);
 
+/// Throws INVALID_ARGUMENT saying what in `spec` is wrong.
 std::unique_ptr<Schedule> buildSchedule(const loadplan_schedule_spec_t &spec);
+
+/// Sets the fingerprint, checksum and bytes of a built schedule.
+void serializeSchedule(Schedule &s);
 
 /// Throws INVALID_PLAN saying what is wrong.
 std::unique_ptr<Schedule> parseSchedule(const uint8_t *data, size_t size);
+
+/// "sender 1 (rank 3)", "receiver 0 (rank 2)": how messages name them.
+std::string senderLabel(const Schedule &s, uint32_t index);
+std::string receiverLabel(const Schedule &s, uint32_t index);
+/// "bfloat16 [16, 8]".
+std::string tensorText(const Tensor &t);
 
 } // namespace loadplan::transfer
 

@@ -15,11 +15,6 @@ using namespace loadplan::transfer;
 
 namespace {
 
-void require(bool condition, const char *what) {
-  if (!condition)
-    fail(LOADPLAN_STATUS_INVALID_ARGUMENT, what);
-}
-
 loadplan_comm_t *adoptTransport(std::unique_ptr<Transport> transport) {
   auto comm = std::make_unique<loadplan_comm_t>();
   comm->transport = std::move(transport);

@@ -1,0 +1,73 @@
+//===- PlanFile.cpp - Encode a plan file ------------------------*- C++ -*-===//
+
+#include "loadplan/format/PlanFile.h"
+#include "loadplan/format/ByteIO.h"
+
+using namespace loadplan_format;
+
+/// Appends the payload of `plan`, field by field as plan_format.h lays it
+/// out.
+static void writePayload(const Plan &plan, ByteWriter &p) {
+  p.u32(static_cast<uint32_t>(plan.storageSizes.size()));
+  for (uint64_t size : plan.storageSizes)
+    p.u64(size);
+  p.u32(static_cast<uint32_t>(plan.targets.size()));
+  for (const PlanTarget &t : plan.targets) {
+    p.str(t.module);
+    p.str(t.tensor);
+    p.u32(t.storage);
+    p.u64(t.byteOffset);
+    p.u32(t.dtype);
+    p.u32(static_cast<uint32_t>(t.shape.size()));
+    p.i64s(t.shape);
+    p.i64s(t.stride);
+  }
+  p.u32(static_cast<uint32_t>(plan.entries.size()));
+  for (const PlanEntry &e : plan.entries) {
+    p.str(e.name);
+    p.u8(e.kind);
+    p.u32(e.dtype);
+    p.u32(static_cast<uint32_t>(e.shape.size()));
+    p.i64s(e.shape);
+    p.u8(e.reason.has_value());
+    if (e.reason)
+      p.str(*e.reason);
+    p.u32(static_cast<uint32_t>(e.boxes.size()));
+    for (const PlanBox &b : e.boxes)
+      for (size_t k = 0; k < b.starts.size(); ++k) {
+        p.i64(b.starts[k]);
+        p.i64(b.stops[k]);
+      }
+    p.u32(static_cast<uint32_t>(e.writes.size()));
+    for (const PlanWrite &w : e.writes) {
+      p.u32(w.target);
+      p.u32(w.box);
+      p.i64(w.offset);
+      p.u32(static_cast<uint32_t>(w.shape.size()));
+      p.i64s(w.shape);
+      p.i64s(w.stride);
+    }
+  }
+}
+
+std::string loadplan_format::encodePlan(const Plan &plan) {
+  ByteWriter file = startFile();
+  writePayload(plan, file);
+  writeHeader(file, LOADPLAN_PLAN_MAGIC, LOADPLAN_PLAN_VERSION,
+              layoutFingerprint(plan.targets));
+  return std::move(file.bytes);
+}
+
+std::string loadplan_format::encodePlanPayload(const Plan &plan) {
+  ByteWriter payload;
+  writePayload(plan, payload);
+  return std::move(payload.bytes);
+}
+
+std::string loadplan_format::framePlan(std::string_view payload,
+                                       uint64_t fingerprint) {
+  ByteWriter file = startFile();
+  file.bytes.append(payload.data(), payload.size());
+  writeHeader(file, LOADPLAN_PLAN_MAGIC, LOADPLAN_PLAN_VERSION, fingerprint);
+  return std::move(file.bytes);
+}

@@ -1,0 +1,136 @@
+//===- ScheduleLanding.cpp - Where a receiver's pieces land -----*- C++ -*-===//
+//
+// A receiver's plan seen from a schedule: which needs it has of the
+// checkpoint tensors, and where in the plan's targets (or the fallback
+// buffers) each piece of a need lands. The builder asks it which pieces can
+// be received in place; the engine, where to put them.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Schedule.h"
+#include "../Status.h"
+
+#include <unordered_set>
+
+using namespace loadplan;
+using namespace loadplan::transfer;
+
+Landing::Landing(const Plan &plan, const std::vector<Tensor> &tensors)
+    : plan(plan), tensors(tensors),
+      numTargets(static_cast<uint32_t>(plan.targets.size())) {
+  entryOf.assign(tensors.size(), -1);
+  for (uint32_t t = 0; t < tensors.size(); ++t) {
+    auto it = plan.byName.find(tensors[t].name);
+    if (it != plan.byName.end())
+      entryOf[t] = it->second;
+  }
+  fallbackIndex.assign(plan.entries.size(), -1);
+  const std::vector<uint32_t> &fallbacks = plan.byKind[LOADPLAN_KIND_FALLBACK];
+  for (uint32_t k = 0; k < fallbacks.size(); ++k)
+    fallbackIndex[fallbacks[k]] = k;
+  wholeRegion.resize(plan.entries.size());
+  boxes.resize(plan.entries.size());
+  writes.resize(plan.entries.size());
+  for (uint32_t ei = 0; ei < plan.entries.size(); ++ei) {
+    const Entry &e = plan.entries[ei];
+    wholeRegion[ei] = Region{0, e.shape, contiguousStrides(e.shape)};
+    boxes[ei].resize(e.numBoxes);
+    writes[ei].resize(e.numBoxes);
+    for (uint32_t b = 0; b < e.numBoxes; ++b) {
+      Box &box = boxes[ei][b];
+      for (uint32_t k = 0; k < e.rank(); ++k) {
+        box.lo.push_back(e.boxStart(b, k));
+        box.hi.push_back(e.boxStop(b, k));
+      }
+    }
+    for (const Write &w : e.writes)
+      writes[ei][w.box].push_back({Region{w.offset, w.shape, w.stride}, w.target});
+  }
+}
+
+uint32_t Landing::fallbackTarget(uint32_t entry) const {
+  return numTargets + static_cast<uint32_t>(fallbackIndex[entry]);
+}
+
+std::vector<Need> Landing::needs(uint32_t engine, const std::string &who) const {
+  std::vector<Need> out;
+  std::unordered_set<std::string_view> declared;
+  for (const Tensor &t : tensors)
+    declared.insert(t.name);
+  for (const Entry &e : plan.entries)
+    if (e.kind != LOADPLAN_KIND_UNNEEDED && !declared.count(e.name))
+      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, who, ": its plan needs ",
+           quote(e.name), " but no sender declares it");
+  for (uint32_t t = 0; t < tensors.size(); ++t) {
+    const Tensor &tensor = tensors[t];
+    int64_t ei = entryOf[t];
+    const Entry *e = ei >= 0 ? &plan.entries[ei] : nullptr;
+    if (e && e->kind != LOADPLAN_KIND_UNNEEDED &&
+        (e->dtype != tensor.dtype || e->shape != tensor.shape))
+      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, who, ": its plan has ",
+           quote(tensor.name), " as ", loadplan_dtype_name(e->dtype), " ",
+           concat(e->shape), " but the senders declare ", tensorText(tensor));
+    Box whole = wholeBox(tensor.shape);
+    if (whole.volume() == 0)
+      continue;
+    if (engine == LOADPLAN_ENGINE_FULL) {
+      out.push_back({t, LOADPLAN_NEED_WHOLE, 0, whole});
+      continue;
+    }
+    if (!e || e->kind == LOADPLAN_KIND_UNNEEDED)
+      continue;
+    if (e->kind == LOADPLAN_KIND_FALLBACK) {
+      out.push_back({t, LOADPLAN_NEED_FALLBACK, 0, whole});
+      continue;
+    }
+    for (uint32_t b = 0; b < e->numBoxes; ++b)
+      if (boxes[ei][b].volume() > 0)
+        out.push_back({t, LOADPLAN_NEED_BOX, b, boxes[ei][b]});
+  }
+  return out;
+}
+
+void Landing::destinations(const Need &need,
+                           std::vector<Destination> &out) const {
+  int64_t ei = entryOf[need.tensor];
+  if (ei < 0)
+    return;
+  const Entry &e = plan.entries[ei];
+  if (e.kind == LOADPLAN_KIND_FALLBACK) {
+    out.push_back({wholeBox(e.shape), &wholeRegion[ei], fallbackTarget(ei)});
+    return;
+  }
+  if (e.kind != LOADPLAN_KIND_DIRECT)
+    return;
+  for (uint32_t b = 0; b < e.numBoxes; ++b) {
+    if (need.kind == LOADPLAN_NEED_BOX && b != need.box)
+      continue;
+    for (const auto &[region, target] : writes[ei][b])
+      out.push_back({boxes[ei][b], &region, target});
+  }
+}
+
+bool Landing::land(const Need &need, const Box &piece, std::vector<Part> &parts,
+                   uint32_t &target) const {
+  std::vector<Destination> dests;
+  destinations(need, dests);
+  size_t before = parts.size();
+  int hits = 0;
+  Box sub;
+  for (const Destination &d : dests) {
+    if (!intersect(d.box, piece, sub))
+      continue;
+    ++hits;
+    size_t from = parts.size();
+    restrictRegion(d.box, *d.region, sub, parts);
+    for (size_t i = from; i < parts.size(); ++i)
+      parts[i].target = d.target;
+  }
+  if (hits != 1 || parts.size() != before + 1)
+    return false;
+  const Part &only = parts.back();
+  if (only.box != piece || !isContiguousRun(only.region))
+    return false;
+  target = only.target;
+  return true;
+}
