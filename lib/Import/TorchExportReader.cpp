@@ -34,8 +34,10 @@
 
 #include "TorchExportReader.h"
 
-#include <caffe2/serialize/inline_container.h>
-#include <caffe2/serialize/read_adapter_interface.h>
+#include "Archive.h"
+#include "ImportError.h"
+
+#include <c10/util/Exception.h>
 #include <torch/csrc/utils/generated_serialization_types.h>
 
 #include <nlohmann/json.hpp>
@@ -54,28 +56,10 @@
 #include <unordered_set>
 #include <vector>
 
-namespace schema = torch::_export;
-
 namespace mlir::loadplan::torch_export {
 namespace {
 
-/// The major version of the export schema that
-/// generated_serialization_types.h describes (torch 2.15:
-/// torch/_export/serde/schema.py, SCHEMA_VERSION = (8, 20)). Minor versions
-/// only add fields, which the generated readers default.
-constexpr int64_t kSchemaMajor = 8;
-
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
-
-/// An archive or program this importer cannot read; the message is the
-/// user's.
-struct ImportError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-[[noreturn]] static void fail(const std::string &message) {
-  throw ImportError(message);
-}
 
 /// `a * b + c`, or an error: the program's sizes come from the archive.
 static int64_t mulAdd(int64_t a, int64_t b, int64_t c) {
@@ -84,46 +68,6 @@ static int64_t mulAdd(int64_t a, int64_t b, int64_t c) {
       __builtin_add_overflow(product, c, &sum))
     fail("the program has sizes or strides out of range");
   return sum;
-}
-
-//===----------------------------------------------------------------------===//
-// The archive
-//===----------------------------------------------------------------------===//
-
-/// The archive's bytes, for PyTorchStreamReader.
-class MemoryReadAdapter final : public caffe2::serialize::ReadAdapterInterface {
-public:
-  explicit MemoryReadAdapter(std::string_view bytes) : bytes(bytes) {}
-  size_t size() const override { return bytes.size(); }
-  size_t read(uint64_t pos, void *buf, size_t n,
-              const char * /*what*/) const override {
-    if (pos >= bytes.size())
-      return 0;
-    size_t count = std::min<uint64_t>(n, bytes.size() - pos);
-    std::memcpy(buf, bytes.data() + pos, count);
-    return count;
-  }
-
-private:
-  std::string_view bytes;
-};
-
-static std::string readRecord(caffe2::serialize::PyTorchStreamReader &reader,
-                              const std::string &name) {
-  auto [data, size] = reader.getRecord(name);
-  return std::string(static_cast<const char *>(data.get()), size);
-}
-
-static std::string trim(std::string text) {
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
-    text.pop_back();
-  return text;
-}
-
-/// The first line of a LibTorch error, without its C++ stack.
-static std::string firstLine(const std::string &text) {
-  std::string line = text.substr(0, text.find('\n'));
-  return trim(line);
 }
 
 //===----------------------------------------------------------------------===//
@@ -409,10 +353,9 @@ struct PendingRead {
 class Importer {
 public:
   Importer(const schema::ExportedProgram &program,
-           const schema::PayloadConfig *weights,
-           caffe2::serialize::PyTorchStreamReader &reader)
+           const schema::PayloadConfig *weights, Archive &archive)
       : program(program), graph(program.get_graph_module().get_graph()),
-        weights(weights), reader(reader) {}
+        weights(weights), archive(archive) {}
 
   std::string run(const std::string &sourceName);
 
@@ -470,7 +413,7 @@ private:
   const schema::ExportedProgram &program;
   const schema::Graph &graph;
   const schema::PayloadConfig *weights;
-  caffe2::serialize::PyTorchStreamReader &reader;
+  Archive &archive;
 
   std::vector<Target> targets;
   std::vector<Storage> storages;
@@ -631,9 +574,8 @@ void Importer::declare() {
       if (!path.empty()) {
         storageOfPath[path] = storage;
         std::string record = "data/weights/" + path;
-        if (reader.hasRecord(record))
-          storages[storage].size =
-              static_cast<int64_t>(reader.getRecordSize(record));
+        if (archive.hasRecord(record))
+          storages[storage].size = archive.recordSize(record);
       }
     }
     storages[storage].size = std::max(storages[storage].size, needed);
@@ -1686,85 +1628,14 @@ std::string Importer::run(const std::string &sourceName) {
   return os.str();
 }
 
-/// The archive's program, checked before it is deserialized: the generated
-/// readers default every missing field, so a program without a graph or
-/// of another schema would read as an empty one.
-static schema::ExportedProgram
-parseProgram(const std::string &text, const std::string &record) {
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception &e) {
-    fail(record + " is not valid JSON: " + firstLine(e.what()));
-  }
-  if (!json.is_object())
-    fail(record + " is not an exported program");
-  if (!json.contains("schema_version") ||
-      !json["schema_version"].is_object() ||
-      !json["schema_version"].contains("major") ||
-      !json["schema_version"]["major"].is_number_integer())
-    fail(record + " has no schema version");
-  int64_t major = json["schema_version"]["major"].get<int64_t>();
-  int64_t minor = json["schema_version"].value("minor", int64_t(0));
-  if (major != kSchemaMajor)
-    fail("unsupported export schema version " + std::to_string(major) + "." +
-         std::to_string(minor) + " (this loadplan-translate reads version " +
-         std::to_string(kSchemaMajor) + ".x, torch 2.15's)");
-  const nlohmann::json *graph = nullptr;
-  if (json.contains("graph_module") && json["graph_module"].is_object() &&
-      json["graph_module"].contains("graph"))
-    graph = &json["graph_module"]["graph"];
-  if (!graph || !graph->is_object() || !graph->contains("nodes") ||
-      !graph->contains("tensor_values") ||
-      !json["graph_module"].contains("signature"))
-    fail(record + " has no graph");
-  return json.get<schema::ExportedProgram>();
-}
-
 static ReadResult read(std::string_view bytes, const std::string &sourceName) {
-  using caffe2::serialize::PyTorchStreamReader;
-  std::unique_ptr<PyTorchStreamReader> reader;
-  try {
-    reader = std::make_unique<PyTorchStreamReader>(
-        std::make_shared<MemoryReadAdapter>(bytes));
-  } catch (const std::exception &e) {
-    fail("not a readable .pt2 archive: " + firstLine(e.what()));
-  }
-  if (!reader->hasRecord("archive_format") ||
-      trim(readRecord(*reader, "archive_format")) != "pt2")
-    fail("not a torch.export archive (no archive_format 'pt2')");
-
-  // The program: models/<name>.json; torch.export.save names it "model".
-  std::string record = "models/model.json";
-  if (!reader->hasRecord(record)) {
-    std::vector<std::string> models;
-    for (const std::string &name : reader->getAllRecords())
-      if (name.rfind("models/", 0) == 0 && name.size() > 12 &&
-          name.compare(name.size() - 5, 5, ".json") == 0)
-        models.push_back(name);
-    if (models.empty())
-      fail("the archive holds no exported program (no models/*.json)");
-    if (models.size() > 1)
-      fail("the archive holds " + std::to_string(models.size()) +
-           " programs; loadplan-translate reads one");
-    record = models.front();
-  }
-  schema::ExportedProgram program =
-      parseProgram(readRecord(*reader, record), record);
-
+  Archive archive(bytes);
+  std::string record = archive.programRecord();
+  schema::ExportedProgram program = archive.readProgram(record);
   // Which parameters and buffers were saved as one tensor.
-  std::optional<schema::PayloadConfig> weights;
-  std::string model = record.substr(7, record.size() - 12);
-  std::string config = "data/weights/" + model + "_weights_config.json";
-  if (reader->hasRecord(config)) {
-    try {
-      weights = nlohmann::json::parse(readRecord(*reader, config))
-                    .get<schema::PayloadConfig>();
-    } catch (const std::exception &e) {
-      fail(config + " is malformed: " + firstLine(e.what()));
-    }
-  }
-  Importer importer(program, weights ? &*weights : nullptr, *reader);
+  std::optional<schema::PayloadConfig> weights =
+      archive.readWeightsConfig(record);
+  Importer importer(program, weights ? &*weights : nullptr, archive);
   ReadResult result;
   result.ir = importer.run(sourceName);
   result.ok = true;
