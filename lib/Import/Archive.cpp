@@ -103,8 +103,7 @@ schema::ExportedProgram Archive::readProgram(const std::string &record) {
   }
   if (!json.is_object())
     fail(record + " is not an exported program");
-  if (!json.contains("schema_version") ||
-      !json["schema_version"].is_object() ||
+  if (!json.contains("schema_version") || !json["schema_version"].is_object() ||
       !json["schema_version"].contains("major") ||
       !json["schema_version"]["major"].is_number_integer())
     fail(record + " has no schema version");
