@@ -36,6 +36,8 @@
 #include "ImportError.h"
 #include "TensorMeta.h"
 
+#include "loadplan/plan_format.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -104,9 +106,7 @@ struct Target {
   std::string module, tensor;
   int storage = 0;
   Meta meta; // its layout in its storage
-  int64_t byteOffset() const {
-    return meta.layout.offset * itemSize(meta.dtype);
-  }
+  int64_t byteOffset() const { return meta.layout.offset * meta.itemSize(); }
 };
 
 struct Storage {
@@ -189,16 +189,16 @@ private:
   std::optional<Layout> scatterPosition(const schema::Node &node,
                                         const Layout &base);
   void writeInto(int target, const Layout &at, const Value &value,
-                 schema::ScalarType destType, int depth);
+                 loadplan_dtype_t destType, int depth);
 
   // Events.
   Record *current();
   void emit(int record, const std::string &line);
   void emitCurrent(const std::string &line);
   void copyEvent(const Value &src, int target, const Layout &at,
-                 schema::ScalarType destType, const std::string &op);
+                 loadplan_dtype_t destType, const std::string &op);
   void constantWrite(const std::string &op, int target, const Layout &at,
-                     schema::ScalarType dtype);
+                     loadplan_dtype_t dtype);
   void readTarget(int target, const std::string &op);
   void valueRead(const Value &trace, const std::string &op);
   Value newTrace(int record, const std::string &ssa, const Meta &meta,
@@ -355,7 +355,7 @@ void Importer::declare() {
       if (it != weights->get_config().end())
         path = it->second.get_path_name();
     }
-    int64_t item = itemSize(value.meta.dtype);
+    int64_t item = value.meta.itemSize();
     int64_t extent = 0;
     if (value.meta.layout.numel() > 0) {
       extent = 1;
@@ -590,9 +590,9 @@ Value Importer::newTrace(int record, const std::string &ssa, const Meta &meta,
 }
 
 void Importer::copyEvent(const Value &src, int target, const Layout &at,
-                         schema::ScalarType destType, const std::string &op) {
+                         loadplan_dtype_t destType, const std::string &op) {
   currentRecord = src.record;
-  std::string element = elementType(destType);
+  std::string element = loadplan_dtype_mlir_type(destType);
   if (element.empty()) {
     emit(src.record, "loadplan.write_other " + irString(op) + " (" + src.ssa +
                          ") : " + traceType(src));
@@ -605,8 +605,8 @@ void Importer::copyEvent(const Value &src, int target, const Layout &at,
 }
 
 void Importer::constantWrite(const std::string &op, int target,
-                             const Layout &at, schema::ScalarType dtype) {
-  std::string element = elementType(dtype);
+                             const Layout &at, loadplan_dtype_t dtype) {
+  std::string element = loadplan_dtype_mlir_type(dtype);
   if (element.empty())
     return; // only coverage needs it
   emitCurrent("loadplan.constant_write " + irString(op) + " @t" +
@@ -1246,7 +1246,7 @@ void Importer::visitScatter(int index, const schema::Node &node,
 /// writes through views); the writes a functionalized chain of copies,
 /// fills and scatters makes; a constant write of anything else.
 void Importer::writeInto(int target, const Layout &at, const Value &value,
-                         schema::ScalarType destType, int depth) {
+                         loadplan_dtype_t destType, int depth) {
   if (depth > 256)
     fail("the program nests writes deeper than 256");
   if (value.kind == Value::Kind::Trace) {
@@ -1316,11 +1316,12 @@ void Importer::visitApply(int index, const schema::Node &node,
     auto it = graph.get_tensor_values().find(name);
     Meta meta =
         it == graph.get_tensor_values().end() ? Meta{} : toMeta(it->second);
-    std::string element = meta.element().empty() ? "i8" : meta.element();
-    outTypes += (outTypes.empty() ? "" : ", ") +
-                irTensorType(meta.layout.sizes, element);
+    // A dtype the IR lacks is spelt as i8, as capture spells it: such a
+    // value is only ever a reason, never a write.
     if (meta.element().empty())
-      meta.dtype = schema::ScalarType::CHAR;
+      meta.dtype = LOADPLAN_DTYPE_INT8;
+    outTypes += (outTypes.empty() ? "" : ", ") +
+                irTensorType(meta.layout.sizes, meta.element());
     metas.push_back(meta);
   }
   if (outs.size() != 1)

@@ -1,7 +1,7 @@
 //===- TensorMeta.cpp - Tensor metadata of an exported program --*- C++ -*-===//
 //
-// Reads the schema's TensorMeta into the importer's Meta, and holds what the
-// importer knows of the schema's dtypes.
+// Reads the schema's TensorMeta into the importer's Meta, and maps the
+// schema's dtypes (torch's ScalarType codes) to the plan's.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,85 +20,54 @@ int64_t torch_export::mulAdd(int64_t a, int64_t b, int64_t c) {
   return sum;
 }
 
-std::string torch_export::elementType(schema::ScalarType dtype) {
+loadplan_dtype_t torch_export::planDtype(schema::ScalarType dtype) {
   using S = schema::ScalarType;
   switch (dtype) {
-  case S::BYTE:
-    return "ui8";
-  case S::CHAR:
-    return "i8";
-  case S::SHORT:
-    return "i16";
-  case S::INT:
-    return "i32";
-  case S::LONG:
-    return "i64";
-  case S::HALF:
-    return "f16";
-  case S::FLOAT:
-    return "f32";
-  case S::DOUBLE:
-    return "f64";
-  case S::COMPLEXFLOAT:
-    return "complex<f32>";
-  case S::COMPLEXDOUBLE:
-    return "complex<f64>";
   case S::BOOL:
-    return "i1";
-  case S::BFLOAT16:
-    return "bf16";
-  case S::UINT16:
-    return "ui16";
-  case S::UINT32:
-    return "ui32";
-  case S::UINT64:
-    return "ui64";
-  case S::FLOAT8E4M3FN:
-    return "f8E4M3FN";
-  case S::FLOAT8E5M2:
-    return "f8E5M2";
-  case S::FLOAT8E4M3FNUZ:
-    return "f8E4M3FNUZ";
-  case S::FLOAT8E5M2FNUZ:
-    return "f8E5M2FNUZ";
-  case S::FLOAT8E8M0FNU:
-    return "f8E8M0FNU";
-  default:
-    return "";
-  }
-}
-
-int64_t torch_export::itemSize(schema::ScalarType dtype) {
-  using S = schema::ScalarType;
-  switch (dtype) {
+    return LOADPLAN_DTYPE_BOOL;
   case S::BYTE:
+    return LOADPLAN_DTYPE_UINT8;
   case S::CHAR:
-  case S::BOOL:
-  case S::FLOAT8E4M3FN:
-  case S::FLOAT8E5M2:
-  case S::FLOAT8E4M3FNUZ:
-  case S::FLOAT8E5M2FNUZ:
-  case S::FLOAT8E8M0FNU:
-    return 1;
+    return LOADPLAN_DTYPE_INT8;
   case S::SHORT:
-  case S::HALF:
-  case S::BFLOAT16:
-  case S::UINT16:
-    return 2;
+    return LOADPLAN_DTYPE_INT16;
   case S::INT:
-  case S::FLOAT:
-  case S::UINT32:
-    return 4;
+    return LOADPLAN_DTYPE_INT32;
   case S::LONG:
-  case S::DOUBLE:
-  case S::COMPLEXFLOAT:
+    return LOADPLAN_DTYPE_INT64;
+  case S::UINT16:
+    return LOADPLAN_DTYPE_UINT16;
+  case S::UINT32:
+    return LOADPLAN_DTYPE_UINT32;
   case S::UINT64:
-    return 8;
+    return LOADPLAN_DTYPE_UINT64;
+  case S::HALF:
+    return LOADPLAN_DTYPE_FLOAT16;
+  case S::BFLOAT16:
+    return LOADPLAN_DTYPE_BFLOAT16;
+  case S::FLOAT:
+    return LOADPLAN_DTYPE_FLOAT32;
+  case S::DOUBLE:
+    return LOADPLAN_DTYPE_FLOAT64;
+  case S::FLOAT8E4M3FN:
+    return LOADPLAN_DTYPE_FLOAT8_E4M3FN;
+  case S::FLOAT8E5M2:
+    return LOADPLAN_DTYPE_FLOAT8_E5M2;
+  case S::FLOAT8E4M3FNUZ:
+    return LOADPLAN_DTYPE_FLOAT8_E4M3FNUZ;
+  case S::FLOAT8E5M2FNUZ:
+    return LOADPLAN_DTYPE_FLOAT8_E5M2FNUZ;
+  case S::FLOAT8E8M0FNU:
+    return LOADPLAN_DTYPE_FLOAT8_E8M0FNU;
+  case S::COMPLEXFLOAT:
+    return LOADPLAN_DTYPE_COMPLEX64;
   case S::COMPLEXDOUBLE:
-    return 16;
-  default:
-    return 0;
+    return LOADPLAN_DTYPE_COMPLEX128;
+  case S::UNKNOWN:
+  case S::COMPLEXHALF:
+    break; // no plan holds them
   }
+  return LOADPLAN_DTYPE_INVALID; // also a code the schema does not define
 }
 
 int64_t Layout::numel() const {
@@ -118,7 +87,7 @@ static int64_t staticInt(const schema::SymInt &value, const char *what) {
 
 Meta torch_export::toMeta(const schema::TensorMeta &meta) {
   Meta out;
-  out.dtype = meta.get_dtype();
+  out.dtype = planDtype(meta.get_dtype());
   for (const schema::SymInt &size : meta.get_sizes())
     out.layout.sizes.push_back(staticInt(size, "size"));
   for (const schema::SymInt &stride : meta.get_strides())

@@ -2,12 +2,16 @@
 //
 // What the importer knows of a tensor of the graph: its dtype and its
 // strided layout in elements, read from the program's tensor metadata with
-// every size checked, since the program comes from the archive.
+// every size checked, since the program comes from the archive. Dtypes are
+// the plan's (loadplan/plan_format.h, the one dtype table), whose rows give
+// their sizes and MLIR element types.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef LOADPLAN_LIB_IMPORT_TENSORMETA_H
 #define LOADPLAN_LIB_IMPORT_TENSORMETA_H
+
+#include "loadplan/plan_format.h"
 
 #include <torch/csrc/utils/generated_serialization_types.h>
 
@@ -22,12 +26,9 @@ namespace schema = torch::_export;
 /// `a * b + c`, or an error: the program's sizes come from the archive.
 int64_t mulAdd(int64_t a, int64_t b, int64_t c);
 
-/// The MLIR element type of a schema dtype; empty when the IR has none
-/// (as capture, which keeps such tensors out of the IR).
-std::string elementType(schema::ScalarType dtype);
-
-/// Bytes per element of a schema dtype; 0 when the IR has none.
-int64_t itemSize(schema::ScalarType dtype);
+/// The plan's dtype of the schema's `dtype`: the one mapping between the
+/// two; LOADPLAN_DTYPE_INVALID for a dtype no plan holds.
+loadplan_dtype_t planDtype(schema::ScalarType dtype);
 
 /// A strided layout, in elements.
 struct Layout {
@@ -46,10 +47,16 @@ struct Layout {
 
 /// A tensor value's metadata, from the graph's tensor_values.
 struct Meta {
-  schema::ScalarType dtype = schema::ScalarType::UNKNOWN;
+  loadplan_dtype_t dtype = LOADPLAN_DTYPE_INVALID;
   Layout layout; // offset: the storage offset
 
-  std::string element() const { return elementType(dtype); }
+  /// The MLIR element type; empty when the IR has none (as for capture,
+  /// which keeps such tensors out of the IR).
+  std::string element() const { return loadplan_dtype_mlir_type(dtype); }
+  /// Bytes per element; 0 when the IR has no element type for it.
+  int64_t itemSize() const {
+    return static_cast<int64_t>(loadplan_dtype_size(dtype));
+  }
 };
 
 /// The metadata of a tensor of the graph; fails for symbolic or negative
