@@ -34,6 +34,7 @@
 #include "Archive.h"
 #include "IRText.h"
 #include "ImportError.h"
+#include "Nodes.h"
 #include "TensorMeta.h"
 
 #include "loadplan/plan_format.h"
@@ -55,45 +56,6 @@
 namespace mlir::loadplan::torch_export {
 
 static constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
-
-//===----------------------------------------------------------------------===//
-// Op names
-//===----------------------------------------------------------------------===//
-
-/// `aten.slice.Tensor`, as capture names ops (the default overload without
-/// its suffix).
-static std::string opName(const std::string &target) {
-  std::string name = target;
-  if (name.rfind("torch.ops.", 0) == 0)
-    name = name.substr(std::strlen("torch.ops."));
-  const std::string suffix = ".default";
-  if (name.size() > suffix.size() &&
-      name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
-    name.resize(name.size() - suffix.size());
-  return name;
-}
-
-/// `aten.slice` of `torch.ops.aten.slice.Tensor`; the target itself when it
-/// is not an op overload.
-static std::string opPacket(const std::string &target) {
-  std::string name = target;
-  if (name.rfind("torch.ops.", 0) != 0)
-    return name;
-  name = name.substr(std::strlen("torch.ops."));
-  size_t first = name.find('.');
-  if (first == std::string::npos)
-    return name;
-  size_t second = name.find('.', first + 1);
-  return second == std::string::npos ? name : name.substr(0, second);
-}
-
-static int64_t normalizeDim(int64_t dim, int64_t rank) {
-  int64_t bound = std::max<int64_t>(rank, 1);
-  if (dim < -bound || dim >= bound)
-    fail("the program has a dim " + std::to_string(dim) +
-         " out of range for rank " + std::to_string(rank));
-  return dim < 0 ? dim + bound : dim;
-}
 
 namespace {
 
@@ -164,17 +126,9 @@ private:
 
   // Nodes.
   void visit(int index, const schema::Node &node);
-  const schema::Argument *input(const schema::Node &node,
-                                const std::string &name, size_t position);
-  std::optional<int64_t> intInput(const schema::Node &node,
-                                  const std::string &name, size_t position);
-  std::vector<int64_t> intsInput(const schema::Node &node,
-                                 const std::string &name, size_t position);
   const Value *tensorInput(const schema::Node &node, const std::string &name,
                            size_t position);
   std::vector<const Value *> tensorInputs(const schema::Node &node);
-  std::vector<std::string> outputNames(const schema::Node &node);
-  std::vector<std::string> symbolicOutputs(const schema::Node &node);
 
   bool visitTraceView(int index, const schema::Node &node, const Value &src);
   bool visitStateView(int index, const schema::Node &node, const Value &src);
@@ -411,66 +365,6 @@ void Importer::declare() {
 // Arguments
 //===----------------------------------------------------------------------===//
 
-/// The argument `name` of `node`, or its `position`-th (the schema's order,
-/// as the serializer writes them); null when left to its default.
-const schema::Argument *Importer::input(const schema::Node &node,
-                                        const std::string &name,
-                                        size_t position) {
-  const auto &inputs = node.get_inputs();
-  for (const schema::NamedArgument &arg : inputs)
-    if (arg.get_name() == name)
-      return &arg.get_arg();
-  (void)position;
-  return nullptr;
-}
-
-std::optional<int64_t> Importer::intInput(const schema::Node &node,
-                                          const std::string &name,
-                                          size_t position) {
-  const schema::Argument *arg = input(node, name, position);
-  if (!arg)
-    return std::nullopt;
-  using Tag = schema::Argument::Tag;
-  switch (arg->tag()) {
-  case Tag::AS_NONE:
-    return std::nullopt;
-  case Tag::AS_INT:
-    return arg->get_as_int();
-  case Tag::AS_SYM_INT:
-    if (arg->get_as_sym_int().tag() == schema::SymIntArgument::Tag::AS_INT)
-      return arg->get_as_sym_int().get_as_int();
-    fail("'" + node.get_target() + "' has a symbolic " + name +
-         " (a value the loader computed from a tensor)");
-  default:
-    fail("'" + node.get_target() + "' has a " + name + " that is not an int");
-  }
-}
-
-std::vector<int64_t> Importer::intsInput(const schema::Node &node,
-                                         const std::string &name,
-                                         size_t position) {
-  const schema::Argument *arg = input(node, name, position);
-  std::vector<int64_t> out;
-  if (!arg)
-    return out;
-  using Tag = schema::Argument::Tag;
-  if (arg->tag() == Tag::AS_INTS)
-    return arg->get_as_ints();
-  if (arg->tag() == Tag::AS_INT)
-    return {arg->get_as_int()};
-  if (arg->tag() == Tag::AS_SYM_INTS) {
-    for (const schema::SymIntArgument &v : arg->get_as_sym_ints()) {
-      if (v.tag() != schema::SymIntArgument::Tag::AS_INT)
-        fail("'" + node.get_target() + "' has a symbolic " + name);
-      out.push_back(v.get_as_int());
-    }
-    return out;
-  }
-  if (arg->tag() == Tag::AS_NONE)
-    return out;
-  fail("'" + node.get_target() + "' has a " + name + " that is not a list");
-}
-
 const Value *Importer::tensorInput(const schema::Node &node,
                                    const std::string &name, size_t position) {
   const schema::Argument *arg = input(node, name, position);
@@ -511,45 +405,6 @@ std::vector<const Value *> Importer::tensorInputs(const schema::Node &node) {
         if (t.tag() == schema::OptionalTensorArgument::Tag::AS_TENSOR)
           add(t.get_as_tensor().get_name());
     }
-  }
-  return out;
-}
-
-/// The names of `node`'s tensor outputs, in order.
-std::vector<std::string> Importer::outputNames(const schema::Node &node) {
-  std::vector<std::string> out;
-  using Tag = schema::Argument::Tag;
-  for (const schema::Argument &arg : node.get_outputs()) {
-    if (arg.tag() == Tag::AS_TENSOR) {
-      out.push_back(arg.get_as_tensor().get_name());
-    } else if (arg.tag() == Tag::AS_TENSORS) {
-      for (const schema::TensorArgument &t : arg.get_as_tensors())
-        out.push_back(t.get_name());
-    } else if (arg.tag() == Tag::AS_OPTIONAL_TENSOR &&
-               arg.get_as_optional_tensor().tag() ==
-                   schema::OptionalTensorArgument::Tag::AS_TENSOR) {
-      out.push_back(arg.get_as_optional_tensor().get_as_tensor().get_name());
-    }
-  }
-  return out;
-}
-
-/// The names of `node`'s symbolic scalar outputs (`.item()`).
-std::vector<std::string> Importer::symbolicOutputs(const schema::Node &node) {
-  std::vector<std::string> out;
-  using Tag = schema::Argument::Tag;
-  for (const schema::Argument &arg : node.get_outputs()) {
-    if (arg.tag() == Tag::AS_SYM_INT &&
-        arg.get_as_sym_int().tag() == schema::SymIntArgument::Tag::AS_NAME)
-      out.push_back(arg.get_as_sym_int().get_as_name());
-    else if (arg.tag() == Tag::AS_SYM_FLOAT &&
-             arg.get_as_sym_float().tag() ==
-                 schema::SymFloatArgument::Tag::AS_NAME)
-      out.push_back(arg.get_as_sym_float().get_as_name());
-    else if (arg.tag() == Tag::AS_SYM_BOOL &&
-             arg.get_as_sym_bool().tag() ==
-                 schema::SymBoolArgument::Tag::AS_NAME)
-      out.push_back(arg.get_as_sym_bool().get_as_name());
   }
   return out;
 }
