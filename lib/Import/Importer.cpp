@@ -24,8 +24,9 @@
 // fallback event capture records for it (`apply`, `convert`, `value_read`,
 // `inplace_write`, `write_other`), and ops of targets alone are
 // `constant_write` (fill, zero, copies of non-checkpoint data) or
-// `read_target`. The IR is written as text, which the MLIR side parses and
-// verifies.
+// `read_target`. What is known of an op by its name (views, scatters, value
+// reads) is in the op table, OpTable.cpp. The IR is written as text, which
+// the MLIR side parses and verifies.
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,6 +36,7 @@
 #include "IRText.h"
 #include "ImportError.h"
 #include "Nodes.h"
+#include "OpTable.h"
 #include "TensorMeta.h"
 
 #include "loadplan/plan_format.h"
@@ -42,9 +44,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
-#include <cstring>
-#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -54,8 +55,6 @@
 #include <vector>
 
 namespace mlir::loadplan::torch_export {
-
-static constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 namespace {
 
@@ -71,6 +70,7 @@ struct Target {
   int64_t byteOffset() const { return meta.layout.offset * meta.itemSize(); }
 };
 
+/// A storage the targets are views of: the weight they were saved as.
 struct Storage {
   int64_t size = 0;
 };
@@ -110,6 +110,8 @@ struct PendingRead {
   int storage;
 };
 
+/// Imports one program: declares its targets and checkpoints, visits its
+/// nodes in graph order, then writes its mutation outputs back.
 class Importer {
 public:
   Importer(const schema::ExportedProgram &program,
@@ -140,8 +142,6 @@ private:
                   const std::vector<const Value *> &traces);
   void defineOthers(int index, const schema::Node &node);
 
-  std::optional<Layout> scatterPosition(const schema::Node &node,
-                                        const Layout &base);
   void writeInto(int target, const Layout &at, const Value &value,
                  loadplan_dtype_t destType, int depth);
 
@@ -492,73 +492,6 @@ void Importer::valueRead(const Value &trace, const std::string &op) {
 // Nodes
 //===----------------------------------------------------------------------===//
 
-static bool isInPlace(const std::string &packet) {
-  // aten.mul_, aten.copy_, ...: torch's in-place naming.
-  return !packet.empty() && packet.back() == '_' &&
-         packet.rfind("aten.", 0) == 0 && packet != "aten._";
-}
-
-static bool isScatter(const std::string &packet) {
-  return packet == "aten.slice_scatter" || packet == "aten.select_scatter" ||
-         packet == "aten.as_strided_scatter";
-}
-
-static bool isValueRead(const std::string &packet) {
-  return packet == "aten._local_scalar_dense" || packet == "aten.item" ||
-         packet == "aten.equal" || packet == "aten.is_nonzero" ||
-         packet == "aten.allclose";
-}
-
-/// Ops that only check metadata or guard shapes: no event, no value.
-static bool isIgnored(const std::string &packet) {
-  return packet == "aten._assert_tensor_metadata" ||
-         packet == "aten._assert_scalar" || packet == "aten._assert_async" ||
-         packet == "aten.sym_constrain_range_for_size" ||
-         packet == "aten.sym_constrain_range" || packet == "aten.sym_size" ||
-         packet == "aten.sym_stride" || packet == "aten.sym_numel" ||
-         packet == "aten.sym_storage_offset" || packet == "torch._check" ||
-         packet == "torch._check_is_size";
-}
-
-/// Views of one tensor whose layout the graph records: aliases of targets
-/// when applied to one.
-static bool isView(const std::string &packet) {
-  static const std::unordered_set<std::string> views = {
-      "aten.slice",
-      "aten.select",
-      "aten.narrow",
-      "aten.t",
-      "aten.transpose",
-      "aten.permute",
-      "aten.view",
-      "aten._unsafe_view",
-      "aten._reshape_alias",
-      "aten.reshape",
-      "aten.expand",
-      "aten.unsqueeze",
-      "aten.squeeze",
-      "aten.flatten",
-      "aten.unflatten",
-      "aten.as_strided",
-      "aten.alias",
-      "aten.detach",
-      "aten.lift_fresh",
-      "aten.split",
-      "aten.split_with_sizes",
-      "aten.unsafe_split",
-      "aten.unsafe_split_with_sizes",
-      "aten.chunk",
-      "aten.unbind",
-      "aten.diagonal",
-      "aten.movedim",
-      "aten.swapaxes",
-      "aten.swapdims",
-      "aten.expand_as",
-      "aten.view_as",
-      "aten.unfold"};
-  return views.count(packet) > 0;
-}
-
 void Importer::visit(int index, const schema::Node &node) {
   const std::string &target = node.get_target();
   std::string packet = opPacket(target);
@@ -732,11 +665,10 @@ void Importer::defineOthers(int index, const schema::Node &node) {
   }
 }
 
-/// A view of a trace: the dialect's op for it. False if `node` is not one
-/// (it is then an `apply`).
+/// A view or element copy of a trace: the dialect's ops for it, as the op
+/// table spells them. False if `node` is not one (it is then an `apply`).
 bool Importer::visitTraceView(int index, const schema::Node &node,
                               const Value &src) {
-  std::string packet = opPacket(node.get_target());
   std::vector<std::string> outs = outputNames(node);
   if (outs.empty())
     return false;
@@ -747,192 +679,29 @@ bool Importer::visitTraceView(int index, const schema::Node &node,
       return false;
     metas.push_back(toMeta(it->second));
   }
-  Record &record = records[src.record];
-  const std::vector<int64_t> &inSizes = src.meta.layout.sizes;
-  int64_t rank = static_cast<int64_t>(inSizes.size());
-  std::string inType = traceType(src);
+  currentRecord = src.record;
+  std::vector<ViewOp> views =
+      traceViewOps(opPacket(node.get_target()), {node, src.meta, metas});
+  if (views.empty())
+    return false;
+  assert(views.size() == outs.size() && "one view op per output");
 
   // One view op per output: `%r = loadplan.<view> %src <attrs> : in -> out`.
-  auto define = [&](size_t k, const std::string &view,
-                    const std::string &attrs) {
-    Meta meta = metas[k];
+  Record &record = records[src.record];
+  std::string inType = traceType(src);
+  for (size_t k = 0; k < views.size(); ++k) {
+    const ViewOp &view = views[k];
     std::string value = record.fresh();
-    std::string outType = irTensorType(meta.layout.sizes, meta.element());
-    std::string sig = (view == "alias" || view == "clone")
+    std::string outType =
+        irTensorType(metas[k].layout.sizes, metas[k].element());
+    std::string sig = (view.op == "alias" || view.op == "clone")
                           ? inType
                           : inType + " -> " + outType;
-    emit(src.record, value + " = loadplan." + view + " " + src.ssa +
-                         (attrs.empty() ? "" : " " + attrs) + " : " + sig);
-    values[outs[k]] = newTrace(src.record, value, meta, index);
-  };
-  auto sameType = [&](size_t k) { return metas[k].dtype == src.meta.dtype; };
-  currentRecord = src.record;
-
-  if (packet == "aten.clone" || packet == "aten.contiguous" ||
-      packet == "aten._to_copy" || packet == "aten.to" ||
-      packet == "aten.lift_fresh_copy" || packet == "aten._to_dim_order_copy") {
-    if (outs.size() != 1)
-      return false;
-    if (sameType(0)) {
-      define(0, "clone", "");
-      return true;
-    }
-    if (metas[0].element().empty())
-      return false; // no IR type: an apply
-    define(0, "convert", "");
-    return true;
+    emit(src.record, value + " = loadplan." + view.op + " " + src.ssa +
+                         (view.attrs.empty() ? "" : " " + view.attrs) + " : " +
+                         sig);
+    values[outs[k]] = newTrace(src.record, value, metas[k], index);
   }
-  if (!isView(packet))
-    return false;
-  for (size_t k = 0; k < outs.size(); ++k)
-    if (!sameType(k))
-      return false; // view(dtype): a bitcast, not a layout
-
-  if (packet == "aten.split" || packet == "aten.split_with_sizes" ||
-      packet == "aten.unsafe_split" ||
-      packet == "aten.unsafe_split_with_sizes" || packet == "aten.chunk") {
-    int64_t dim = normalizeDim(intInput(node, "dim", 2).value_or(0), rank);
-    int64_t start = 0;
-    for (size_t k = 0; k < outs.size(); ++k) {
-      if (metas[k].layout.rank() != rank)
-        fail("'" + node.get_target() + "' has an output of another rank");
-      int64_t end = start + metas[k].layout.sizes[dim];
-      define(k, "slice",
-             "dim " + std::to_string(dim) + " start " + std::to_string(start) +
-                 " end " + std::to_string(end) + " step 1");
-      start = end;
-    }
-    return true;
-  }
-  if (packet == "aten.unbind") {
-    int64_t dim = normalizeDim(intInput(node, "dim", 1).value_or(0), rank);
-    for (size_t k = 0; k < outs.size(); ++k)
-      define(k, "select",
-             "dim " + std::to_string(dim) + " index " + std::to_string(k));
-    return true;
-  }
-  if (outs.size() != 1)
-    return false;
-  const Meta &out = metas[0];
-
-  if (packet == "aten.slice") {
-    int64_t dim = normalizeDim(intInput(node, "dim", 1).value_or(0), rank);
-    int64_t start = intInput(node, "start", 2).value_or(0);
-    int64_t end = intInput(node, "end", 3).value_or(kInt64Max);
-    int64_t step = intInput(node, "step", 4).value_or(1);
-    define(0, "slice",
-           "dim " + std::to_string(dim) + " start " + std::to_string(start) +
-               " end " + std::to_string(end) + " step " + std::to_string(step));
-    return true;
-  }
-  if (packet == "aten.narrow") {
-    int64_t dim = normalizeDim(intInput(node, "dim", 1).value_or(0), rank);
-    int64_t start = intInput(node, "start", 2).value_or(0);
-    if (start < 0)
-      start += inSizes[dim];
-    int64_t end = start + intInput(node, "length", 3).value_or(0);
-    define(0, "slice",
-           "dim " + std::to_string(dim) + " start " + std::to_string(start) +
-               " end " + std::to_string(end) + " step 1");
-    return true;
-  }
-  if (packet == "aten.select") {
-    int64_t dim = normalizeDim(intInput(node, "dim", 1).value_or(0), rank);
-    int64_t i = intInput(node, "index", 2).value_or(0);
-    define(0, "select",
-           "dim " + std::to_string(dim) + " index " + std::to_string(i));
-    return true;
-  }
-  if (packet == "aten.t" || packet == "aten.transpose" ||
-      packet == "aten.swapaxes" || packet == "aten.swapdims") {
-    if (rank < 2) {
-      define(0, "alias", "");
-      return true;
-    }
-    int64_t d0 = 0, d1 = 1;
-    if (packet != "aten.t") {
-      std::string a = packet == "aten.transpose" ? "dim0" : "axis0";
-      std::string b = packet == "aten.transpose" ? "dim1" : "axis1";
-      d0 = normalizeDim(intInput(node, a, 1).value_or(0), rank);
-      d1 = normalizeDim(intInput(node, b, 2).value_or(0), rank);
-    }
-    define(0, "transpose",
-           "dim0 " + std::to_string(d0) + " dim1 " + std::to_string(d1));
-    return true;
-  }
-  if (packet == "aten.permute") {
-    std::vector<int64_t> dims = intsInput(node, "dims", 1);
-    for (int64_t &d : dims)
-      d = normalizeDim(d, rank);
-    define(0, "permute", "dims " + irInts(dims));
-    return true;
-  }
-  if (packet == "aten.expand" || packet == "aten.expand_as") {
-    define(0, out.layout.sizes == inSizes ? "alias" : "expand", "");
-    return true;
-  }
-  if (packet == "aten.unsqueeze") {
-    int64_t dim = normalizeDim(intInput(node, "dim", 1).value_or(0), rank + 1);
-    define(0, "unsqueeze", "dim " + std::to_string(dim));
-    return true;
-  }
-  if (packet == "aten.squeeze") {
-    std::vector<int64_t> requested = intsInput(node, "dim", 1);
-    if (requested.empty())
-      requested = intsInput(node, "dims", 1);
-    std::vector<bool> listed(rank, requested.empty());
-    for (int64_t d : requested)
-      if (rank)
-        listed[normalizeDim(d, rank)] = true;
-    std::vector<int64_t> removed;
-    for (int64_t d = 0; d < rank; ++d)
-      if (listed[d] && inSizes[d] == 1)
-        removed.push_back(d);
-    if (removed.empty())
-      define(0, "alias", "");
-    else
-      define(0, "squeeze", "dims " + irInts(removed));
-    return true;
-  }
-  if (packet == "aten.flatten") {
-    if (rank == 0) {
-      define(0, "view", "");
-      return true;
-    }
-    if (out.layout.sizes == inSizes) {
-      define(0, "alias", "");
-      return true;
-    }
-    int64_t start =
-        normalizeDim(intInput(node, "start_dim", 1).value_or(0), rank);
-    int64_t end = normalizeDim(intInput(node, "end_dim", 2).value_or(-1), rank);
-    define(0, "flatten",
-           "start_dim " + std::to_string(start) + " end_dim " +
-               std::to_string(end));
-    return true;
-  }
-  if (packet == "aten.unflatten") {
-    int64_t dim = normalizeDim(intInput(node, "dim", 1).value_or(0), rank);
-    define(0, "unflatten", "dim " + std::to_string(dim));
-    return true;
-  }
-  if (packet == "aten.view" || packet == "aten._unsafe_view" ||
-      packet == "aten._reshape_alias" || packet == "aten.view_as") {
-    define(0, "view", "");
-    return true;
-  }
-  if (packet == "aten.reshape") {
-    define(0, "reshape", "");
-    return true;
-  }
-  if (packet == "aten.alias" || packet == "aten.detach" ||
-      packet == "aten.lift_fresh") {
-    define(0, "alias", "");
-    return true;
-  }
-  // as_strided and any other view: the layout torch computed, as an
-  // as_strided of the input's storage (as capture writes other views).
-  define(0, "as_strided", irLayout(out.layout));
   return true;
 }
 
@@ -1011,61 +780,6 @@ void Importer::visitCopy(int index, const schema::Node &node, const Value &dest,
   if (src.kind == Value::Kind::State)
     readTarget(src.target, name);
   defineOthers(index, node);
-}
-
-/// Where `slice_scatter` / `select_scatter` / `as_strided_scatter` put
-/// their source in `base`, with torch's clamping.
-std::optional<Layout> Importer::scatterPosition(const schema::Node &node,
-                                                const Layout &base) {
-  std::string packet = opPacket(node.get_target());
-  Layout out = base;
-  int64_t rank = base.rank();
-  if (packet == "aten.slice_scatter") {
-    int64_t dim = normalizeDim(intInput(node, "dim", 2).value_or(0), rank);
-    int64_t size = base.sizes[dim];
-    int64_t start = intInput(node, "start", 3).value_or(0);
-    int64_t end = intInput(node, "end", 4).value_or(kInt64Max);
-    int64_t step = intInput(node, "step", 5).value_or(1);
-    if (step <= 0)
-      return std::nullopt;
-    if (start < 0)
-      start = std::max<int64_t>(start + size, 0);
-    if (end < 0)
-      end = std::max<int64_t>(end + size, 0);
-    start = std::min(start, size);
-    end = std::min(std::max(end, start), size);
-    out.offset = mulAdd(start, base.strides[dim], out.offset);
-    out.sizes[dim] = end > start ? (end - start - 1) / step + 1 : 0;
-    out.strides[dim] = mulAdd(out.strides[dim], step, 0);
-    return out;
-  }
-  if (packet == "aten.select_scatter") {
-    int64_t dim = normalizeDim(intInput(node, "dim", 2).value_or(0), rank);
-    int64_t i = intInput(node, "index", 3).value_or(0);
-    if (i < 0)
-      i += base.sizes[dim];
-    if (i < 0 || i >= base.sizes[dim])
-      return std::nullopt;
-    out.offset = mulAdd(i, base.strides[dim], out.offset);
-    out.sizes.erase(out.sizes.begin() + dim);
-    out.strides.erase(out.strides.begin() + dim);
-    return out;
-  }
-  if (packet == "aten.as_strided_scatter") {
-    out.sizes = intsInput(node, "size", 2);
-    out.strides = intsInput(node, "stride", 3);
-    if (out.sizes.size() != out.strides.size())
-      return std::nullopt;
-    if (std::optional<int64_t> offset = intInput(node, "storage_offset", 4))
-      out.offset = mulAdd(1, base.offset, *offset);
-    for (size_t i = 0; i < out.sizes.size(); ++i)
-      if (out.sizes[i] < 0 || out.strides[i] < 0)
-        return std::nullopt;
-    if (out.offset < 0)
-      return std::nullopt;
-    return out;
-  }
-  return std::nullopt;
 }
 
 void Importer::visitScatter(int index, const schema::Node &node,
