@@ -24,9 +24,10 @@
 // fallback event capture records for it (`apply`, `convert`, `value_read`,
 // `inplace_write`, `write_other`), and ops of targets alone are
 // `constant_write` (fill, zero, copies of non-checkpoint data) or
-// `read_target`. What is known of an op by its name (views, scatters, value
-// reads) is in the op table, OpTable.cpp. The IR is written as text, which
-// the MLIR side parses and verifies.
+// `read_target`. Views, scatters, value reads and ops that only guard shapes
+// are known by name from the op table (OpTable.cpp); copies and fills, whose
+// meaning depends on what they write into, are classified here. The IR is
+// written as text, which the MLIR side parses and verifies.
 //
 //===----------------------------------------------------------------------===//
 

@@ -1,4 +1,4 @@
-//===- OpTable.cpp - What the importer knows of torch ops by name -*- C++ -*-=//
+//===- OpTable.cpp - The importer's table of torch ops ----------*- C++ -*-===//
 //
 // Each table is a constant array sorted by packet (checked when it is
 // compiled) and searched by binary search: no table is built at run time.
@@ -25,8 +25,8 @@ using namespace mlir::loadplan::torch_export;
 
 static constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
-/// Whether `table` is sorted by (the projection `proj` of) packet, each
-/// packet once, as the binary searches need.
+/// Whether the packets of `table` (`proj` of each entry) strictly increase,
+/// as the binary searches need.
 template <typename Table, typename Proj = std::identity>
 static constexpr bool isStrictlySorted(const Table &table, Proj proj = {}) {
   return std::ranges::adjacent_find(table, std::ranges::greater_equal(),

@@ -1,12 +1,13 @@
-//===- OpTable.h - What the importer knows of torch ops by name -*- C++ -*-===//
+//===- OpTable.h - The importer's table of torch ops ------------*- C++ -*-===//
 //
 // The importer classifies a node first by what its tensor arguments are
-// (checkpoint tensors, targets, other data), then by its op. What it knows
-// of an op by name is here, in tables keyed by the op's packet
-// (`aten.slice`), as capture keeps its view handlers
-// (python/loadplan/capture.py): how a view or copy of a checkpoint tensor
-// becomes the dialect's op, where a scatter puts its source, and which ops
-// read values or only guard shapes.
+// (checkpoint tensors, targets, other data), then by its op. These tables,
+// keyed by the op's packet (`aten.slice`) as capture keys its view handlers
+// (python/loadplan/capture.py), say what it knows of an op by name: how a
+// view or element copy of a checkpoint tensor becomes the dialect's op,
+// where a scatter puts its source, and which ops read values or only guard
+// shapes. (Copies and fills, whose meaning depends on what they write into,
+// are the importer's.)
 //
 //===----------------------------------------------------------------------===//
 

@@ -1,4 +1,4 @@
-//===- TorchExportReader.cpp - Read a torch.export loader ------*- C++ -*-===//
+//===- TorchExportReader.cpp - Read a torch.export loader -------*- C++ -*-===//
 //
 // The entry of the LibTorch side: opens the archive, imports its program,
 // and turns every exception (ours with the user's message, LibTorch's and
