@@ -1,0 +1,1024 @@
+//===- Importer.cpp - Import an exported loader's program -------*- C++ -*-===//
+//
+// The program is a loader exported by `loadplan.export_loader`, as LibTorch's
+// generated schema types hold it: its user inputs are the checkpoint tensors
+// (one dict, keyed by checkpoint name), its parameters and buffers are the
+// targets, and its effect is the loader's writes into them, either in place
+// (`copy_` into views of a parameter, as torch.export traces) or functionalized
+// (`copy` / `*_scatter` chains feeding a `PARAMETER_MUTATION` or
+// `BUFFER_MUTATION` output).
+//
+// Every value of the graph is classified as it is defined:
+//
+// - a *trace*: a checkpoint tensor or a view of one; its views become the
+//   dialect's view ops, in the block of its checkpoint name;
+// - a *state*: a view of a target (a parameter or buffer placeholder, a
+//   view of it, or a functionalized write into it), with its layout in
+//   elements from the target's first element;
+// - anything else (constants, tensors computed from targets, ...).
+//
+// A copy of a trace into a state is a `loadplan.copy` into that layout; a
+// scatter of a trace into a state is one too, at the scattered position; a
+// scatter of a state into the state it was viewed from undoes the
+// functionalization and writes nothing. Every other op on a trace is the
+// fallback event capture records for it (`apply`, `convert`, `value_read`,
+// `inplace_write`, `write_other`), and ops of targets alone are
+// `constant_write` (fill, zero, copies of non-checkpoint data) or
+// `read_target`. Views, scatters, value reads and ops that only guard shapes
+// are known by name from the op table (OpTable.cpp); copies and fills, whose
+// meaning depends on what they write into, are classified here. The IR is
+// written as text, which the MLIR side parses and verifies.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Importer.h"
+
+#include "Archive.h"
+#include "IRText.h"
+#include "ImportError.h"
+#include "Nodes.h"
+#include "OpTable.h"
+#include "TensorMeta.h"
+
+#include "loadplan/plan_format.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cassert>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace mlir::loadplan::torch_export {
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// The importer
+//===----------------------------------------------------------------------===//
+
+/// A live tensor the loader may write.
+struct Target {
+  std::string module, tensor;
+  int storage = 0;
+  Meta meta; // its layout in its storage
+  int64_t byteOffset() const { return meta.layout.offset * meta.itemSize(); }
+};
+
+/// A storage the targets are views of: the weight they were saved as.
+struct Storage {
+  int64_t size = 0;
+};
+
+/// One checkpoint name's block.
+struct Record {
+  std::string name;
+  Meta meta;
+  std::vector<std::string> lines;
+  int next = 0;
+  bool stopped = false;
+
+  std::string fresh() { return "%" + std::to_string(next++); }
+};
+
+/// What a value of the graph is to the importer.
+struct Value {
+  enum class Kind { Trace, State, Other };
+  Kind kind = Kind::Other;
+  Meta meta;
+  // Trace: its checkpoint and SSA value.
+  int record = -1;
+  std::string ssa;
+  // State: its target, and its layout from the target's first element.
+  int target = -1;
+  Layout at;
+  // The node that defined it (-1: a placeholder), for mutation outputs.
+  int node = -1;
+};
+
+/// A read of a target, kept only if some name writes the target's storage
+/// (reading a buffer no checkpoint tensor goes into is the loader's own
+/// business), as capture does.
+struct PendingRead {
+  int record;
+  size_t line;
+  int storage;
+};
+
+/// Imports one program: declares its targets and checkpoints, visits its
+/// nodes in graph order, then writes its mutation outputs back.
+class Importer {
+public:
+  Importer(const schema::ExportedProgram &program,
+           const schema::PayloadConfig *weights, Archive &archive)
+      : program(program), graph(program.get_graph_module().get_graph()),
+        weights(weights), archive(archive) {}
+
+  std::string run(const std::string &sourceName);
+
+private:
+  // Declarations.
+  std::vector<std::string> checkpointNames();
+  void declare();
+
+  // Nodes.
+  void visit(int index, const schema::Node &node);
+  const Value *tensorInput(const schema::Node &node, const std::string &name,
+                           size_t position);
+  std::vector<const Value *> tensorInputs(const schema::Node &node);
+
+  bool visitTraceView(int index, const schema::Node &node, const Value &src);
+  bool visitStateView(int index, const schema::Node &node, const Value &src);
+  void visitCopy(int index, const schema::Node &node, const Value &dest,
+                 const Value &src, const std::string &op);
+  void visitScatter(int index, const schema::Node &node, const Value &base,
+                    const Value &src);
+  void visitApply(int index, const schema::Node &node,
+                  const std::vector<const Value *> &traces);
+  void defineOthers(int index, const schema::Node &node);
+
+  void writeInto(int target, const Layout &at, const Value &value,
+                 loadplan_dtype_t destType, int depth);
+
+  // Events.
+  Record *current();
+  void emit(int record, const std::string &line);
+  void emitCurrent(const std::string &line);
+  void copyEvent(const Value &src, int target, const Layout &at,
+                 loadplan_dtype_t destType, const std::string &op);
+  void constantWrite(const std::string &op, int target, const Layout &at,
+                     loadplan_dtype_t dtype);
+  void readTarget(int target, const std::string &op);
+  void valueRead(const Value &trace, const std::string &op);
+  Value newTrace(int record, const std::string &ssa, const Meta &meta,
+                 int node);
+  void defineStates(int index, const schema::Node &node, const Value &base);
+  std::string traceType(const Value &trace) const {
+    return irTensorType(trace.meta.layout.sizes, trace.meta.element());
+  }
+
+  const schema::ExportedProgram &program;
+  const schema::Graph &graph;
+  const schema::PayloadConfig *weights;
+  Archive &archive;
+
+  std::vector<Target> targets;
+  std::vector<Storage> storages;
+  std::vector<Record> records;
+  std::unordered_map<std::string, Value> values;
+  std::unordered_map<std::string, std::vector<std::string>> lists;
+  // Symbolic scalars read from a trace (`.item()`): their checkpoint.
+  std::unordered_map<std::string, int> readScalars;
+  std::vector<std::string> pending; // events before any name
+  std::vector<PendingRead> reads;
+  std::unordered_set<int> writtenStorages;
+  int currentRecord = -1;
+};
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Declarations
+//===----------------------------------------------------------------------===//
+
+/// The checkpoint names, from the program's input tree: one dict argument,
+/// as `loadplan.export_loader` exports it.
+std::vector<std::string> Importer::checkpointNames() {
+  static const char *expected =
+      "the program's inputs are not one dict of checkpoint tensors "
+      "(export the loader with loadplan.export_loader)";
+  const auto &calls = program.get_graph_module().get_module_call_graph();
+  if (calls.empty() || !calls.front().get_signature())
+    fail(std::string(expected) + ": no input tree");
+  nlohmann::json spec =
+      nlohmann::json::parse(calls.front().get_signature()->get_in_spec());
+  // [protocol, {"type": "builtins.tuple", "children_spec": [args, kwargs]}]
+  if (!spec.is_array() || spec.size() != 2 || !spec[1].is_object())
+    fail(expected);
+  const nlohmann::json &root = spec[1];
+  const nlohmann::json &children = root.at("children_spec");
+  if (!children.is_array() || children.size() != 2)
+    fail(expected);
+  const nlohmann::json &args = children[0].at("children_spec");
+  const nlohmann::json &kwargs = children[1].at("children_spec");
+  if (!args.is_array() || args.size() != 1 || !kwargs.is_array() ||
+      !kwargs.empty())
+    fail(expected);
+  const nlohmann::json &dict = args[0];
+  const nlohmann::json &type = dict.at("type");
+  if (!type.is_string() ||
+      (type != "builtins.dict" && type != "collections.OrderedDict"))
+    fail(expected);
+  nlohmann::json keys =
+      nlohmann::json::parse(dict.at("context").get<std::string>());
+  const nlohmann::json &leaves = dict.at("children_spec");
+  if (!keys.is_array() || !leaves.is_array() || keys.size() != leaves.size())
+    fail(expected);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!keys[i].is_string() || !leaves[i].at("type").is_null())
+      fail(std::string(expected) + ": a key is not a name of one tensor");
+    names.push_back(keys[i].get<std::string>());
+  }
+  return names;
+}
+
+/// Targets from the parameter and buffer inputs (tensor metadata from the
+/// graph); storages from the weights the archive holds for them: targets
+/// saved as one weight share a storage, and targets with the same layout in
+/// it are one target (tied parameters), as capture finds them.
+void Importer::declare() {
+  const auto &tensorValues = graph.get_tensor_values();
+  std::vector<std::string> names = checkpointNames();
+  size_t userInputs = 0;
+  std::map<std::string, int> storageOfPath;
+  for (const schema::InputSpec &spec :
+       program.get_graph_module().get_signature().get_input_specs()) {
+    using Tag = schema::InputSpec::Tag;
+    std::string placeholder, fqn;
+    switch (spec.tag()) {
+    case Tag::PARAMETER:
+      placeholder = spec.get_parameter().get_arg().get_name();
+      fqn = spec.get_parameter().get_parameter_name();
+      break;
+    case Tag::BUFFER:
+      placeholder = spec.get_buffer().get_arg().get_name();
+      fqn = spec.get_buffer().get_buffer_name();
+      break;
+    case Tag::USER_INPUT: {
+      const schema::Argument &arg = spec.get_user_input().get_arg();
+      if (arg.tag() != schema::Argument::Tag::AS_TENSOR)
+        fail("the program has a user input that is not a tensor");
+      if (userInputs >= names.size())
+        fail("the program has more tensor inputs than checkpoint names");
+      placeholder = arg.get_as_tensor().get_name();
+      break;
+    }
+    case Tag::TENSOR_CONSTANT:
+      // A tensor attribute that is neither a parameter nor a buffer: no
+      // target, as for capture.
+      placeholder = spec.get_tensor_constant().get_arg().get_name();
+      break;
+    default:
+      continue;
+    }
+    auto meta = tensorValues.find(placeholder);
+    if (meta == tensorValues.end())
+      fail("the program has no metadata for input '" + placeholder + "'");
+    Value value;
+    value.meta = toMeta(meta->second);
+    if (spec.tag() == Tag::TENSOR_CONSTANT) {
+      values[placeholder] = value;
+      continue;
+    }
+    if (spec.tag() == Tag::USER_INPUT) {
+      Record record;
+      record.name = names[userInputs++];
+      record.meta = value.meta;
+      if (record.meta.element().empty())
+        fail("checkpoint tensor '" + record.name + "' has a dtype the plan " +
+             "cannot hold");
+      // The incoming tensor is contiguous, whatever the example was.
+      Layout &layout = record.meta.layout;
+      layout.offset = 0;
+      layout.strides.assign(layout.sizes.size(), 1);
+      for (int64_t i = layout.rank() - 2; i >= 0; --i)
+        layout.strides[i] =
+            layout.strides[i + 1] * std::max<int64_t>(layout.sizes[i + 1], 1);
+      value.kind = Value::Kind::Trace;
+      value.meta = record.meta;
+      value.record = static_cast<int>(records.size());
+      value.ssa = "%w";
+      records.push_back(std::move(record));
+      values[placeholder] = value;
+      continue;
+    }
+    if (value.meta.element().empty()) {
+      values[placeholder] = value; // no IR type: not a target
+      continue;
+    }
+    // Its storage: the weight file it was saved as, if the archive says.
+    std::string path;
+    if (weights) {
+      auto it = weights->get_config().find(fqn);
+      if (it != weights->get_config().end())
+        path = it->second.get_path_name();
+    }
+    int64_t item = value.meta.itemSize();
+    int64_t extent = 0;
+    if (value.meta.layout.numel() > 0) {
+      extent = 1;
+      for (int64_t i = 0; i < value.meta.layout.rank(); ++i)
+        extent = mulAdd(value.meta.layout.sizes[i] - 1,
+                        value.meta.layout.strides[i], extent);
+    }
+    int64_t needed = mulAdd(value.meta.layout.offset + extent, item, 0);
+    int storage;
+    auto found = path.empty() ? storageOfPath.end() : storageOfPath.find(path);
+    if (found != storageOfPath.end()) {
+      storage = found->second;
+    } else {
+      storage = static_cast<int>(storages.size());
+      storages.push_back({});
+      if (!path.empty()) {
+        storageOfPath[path] = storage;
+        std::string record = "data/weights/" + path;
+        if (archive.hasRecord(record))
+          storages[storage].size = archive.recordSize(record);
+      }
+    }
+    storages[storage].size = std::max(storages[storage].size, needed);
+    int index = -1;
+    for (size_t t = 0; t < targets.size(); ++t)
+      if (targets[t].storage == storage &&
+          targets[t].meta.dtype == value.meta.dtype &&
+          targets[t].meta.layout == value.meta.layout)
+        index = static_cast<int>(t);
+    if (index < 0) {
+      Target target;
+      size_t dot = fqn.rfind('.');
+      target.module = dot == std::string::npos ? "" : fqn.substr(0, dot);
+      target.tensor = dot == std::string::npos ? fqn : fqn.substr(dot + 1);
+      target.storage = storage;
+      target.meta = value.meta;
+      index = static_cast<int>(targets.size());
+      targets.push_back(target);
+    }
+    value.kind = Value::Kind::State;
+    value.target = index;
+    value.at = value.meta.layout;
+    value.at.offset = 0;
+    values[placeholder] = value;
+  }
+  if (userInputs != names.size())
+    fail("the program has " + std::to_string(userInputs) +
+         " tensor inputs for " + std::to_string(names.size()) +
+         " checkpoint names");
+}
+
+//===----------------------------------------------------------------------===//
+// Arguments
+//===----------------------------------------------------------------------===//
+
+const Value *Importer::tensorInput(const schema::Node &node,
+                                   const std::string &name, size_t position) {
+  const schema::Argument *arg = input(node, name, position);
+  if (!arg || arg->tag() != schema::Argument::Tag::AS_TENSOR)
+    return nullptr;
+  auto it = values.find(arg->get_as_tensor().get_name());
+  if (it == values.end())
+    fail("'" + node.get_target() + "' uses an undefined value '" +
+         arg->get_as_tensor().get_name() + "'");
+  return &it->second;
+}
+
+/// Every tensor argument of `node`, in order (lists flattened).
+std::vector<const Value *> Importer::tensorInputs(const schema::Node &node) {
+  std::vector<const Value *> out;
+  auto add = [&](const std::string &name) {
+    auto it = values.find(name);
+    if (it == values.end())
+      fail("'" + node.get_target() + "' uses an undefined value '" + name +
+           "'");
+    out.push_back(&it->second);
+  };
+  using Tag = schema::Argument::Tag;
+  for (const schema::NamedArgument &named : node.get_inputs()) {
+    const schema::Argument &arg = named.get_arg();
+    if (arg.tag() == Tag::AS_TENSOR) {
+      add(arg.get_as_tensor().get_name());
+    } else if (arg.tag() == Tag::AS_TENSORS) {
+      for (const schema::TensorArgument &t : arg.get_as_tensors())
+        add(t.get_name());
+    } else if (arg.tag() == Tag::AS_OPTIONAL_TENSOR) {
+      if (arg.get_as_optional_tensor().tag() ==
+          schema::OptionalTensorArgument::Tag::AS_TENSOR)
+        add(arg.get_as_optional_tensor().get_as_tensor().get_name());
+    } else if (arg.tag() == Tag::AS_OPTIONAL_TENSORS) {
+      for (const schema::OptionalTensorArgument &t :
+           arg.get_as_optional_tensors())
+        if (t.tag() == schema::OptionalTensorArgument::Tag::AS_TENSOR)
+          add(t.get_as_tensor().get_name());
+    }
+  }
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Events
+//===----------------------------------------------------------------------===//
+
+Record *Importer::current() {
+  return currentRecord < 0 ? nullptr : &records[currentRecord];
+}
+
+void Importer::emit(int record, const std::string &line) {
+  if (!records[record].stopped)
+    records[record].lines.push_back(line);
+}
+
+/// An event of targets alone goes to the name being loaded: the last one
+/// an op of the loader involved, or, before any, the first name.
+void Importer::emitCurrent(const std::string &line) {
+  if (Record *record = current()) {
+    if (!record->stopped)
+      record->lines.push_back(line);
+  } else {
+    pending.push_back(line);
+  }
+}
+
+Value Importer::newTrace(int record, const std::string &ssa, const Meta &meta,
+                         int node) {
+  Value value;
+  value.kind = Value::Kind::Trace;
+  value.record = record;
+  value.ssa = ssa;
+  value.meta = meta;
+  value.node = node;
+  return value;
+}
+
+void Importer::copyEvent(const Value &src, int target, const Layout &at,
+                         loadplan_dtype_t destType, const std::string &op) {
+  currentRecord = src.record;
+  std::string element = loadplan_dtype_mlir_type(destType);
+  if (element.empty()) {
+    emit(src.record, "loadplan.write_other " + irString(op) + " (" + src.ssa +
+                         ") : " + traceType(src));
+    return;
+  }
+  writtenStorages.insert(targets[target].storage);
+  emit(src.record, "loadplan.copy " + src.ssa + " to @t" +
+                       std::to_string(target) + " " + irLayout(at) + " as " +
+                       element + " : " + traceType(src));
+}
+
+void Importer::constantWrite(const std::string &op, int target,
+                             const Layout &at, loadplan_dtype_t dtype) {
+  std::string element = loadplan_dtype_mlir_type(dtype);
+  if (element.empty())
+    return; // only coverage needs it
+  emitCurrent("loadplan.constant_write " + irString(op) + " @t" +
+              std::to_string(target) + " " + irLayout(at) + " as " + element);
+}
+
+void Importer::readTarget(int target, const std::string &op) {
+  // Before any name, as for capture, a read is the loader's own business.
+  if (!current() || current()->stopped)
+    return;
+  int index = currentRecord;
+  reads.push_back(
+      {index, records[index].lines.size(), targets[target].storage});
+  records[index].lines.push_back("loadplan.read_target @t" +
+                                 std::to_string(target) + " op " +
+                                 irString(op));
+}
+
+void Importer::valueRead(const Value &trace, const std::string &op) {
+  currentRecord = trace.record;
+  emit(trace.record, "loadplan.value_read " + trace.ssa + " op " +
+                         irString(op) + " : " + traceType(trace));
+  // The loader stops here for capture: what follows is not recorded.
+  records[trace.record].stopped = true;
+}
+
+//===----------------------------------------------------------------------===//
+// Nodes
+//===----------------------------------------------------------------------===//
+
+void Importer::visit(int index, const schema::Node &node) {
+  const std::string &target = node.get_target();
+  std::string packet = opPacket(target);
+  std::string op = opName(target);
+
+  if (target == "_operator.getitem") {
+    // An element of a list output: the value it names is already defined.
+    const schema::Argument *list =
+        node.get_inputs().empty() ? nullptr : &node.get_inputs()[0].get_arg();
+    auto outs = outputNames(node);
+    int64_t i = -1;
+    if (node.get_inputs().size() > 1 &&
+        node.get_inputs()[1].get_arg().tag() == schema::Argument::Tag::AS_INT)
+      i = node.get_inputs()[1].get_arg().get_as_int();
+    if (list && list->tag() == schema::Argument::Tag::AS_TENSORS &&
+        outs.size() == 1) {
+      const auto &items = list->get_as_tensors();
+      if (i >= 0 && i < static_cast<int64_t>(items.size())) {
+        auto it = values.find(items[i].get_name());
+        if (it != values.end()) {
+          values[outs[0]] = it->second;
+          return;
+        }
+      }
+    }
+    defineOthers(index, node);
+    return;
+  }
+  if (isIgnored(packet))
+    return;
+
+  std::vector<const Value *> tensors = tensorInputs(node);
+  std::vector<const Value *> traces;
+  bool readsScalar = false;
+  for (const Value *v : tensors)
+    if (v->kind == Value::Kind::Trace)
+      traces.push_back(v);
+  // A scalar read from a trace (`fill_(w.item())`): that name stopped at
+  // the read, so nothing it does later is recorded.
+  for (const schema::NamedArgument &named : node.get_inputs()) {
+    const schema::Argument &arg = named.get_arg();
+    std::string name;
+    if (arg.tag() == schema::Argument::Tag::AS_SYM_INT &&
+        arg.get_as_sym_int().tag() == schema::SymIntArgument::Tag::AS_NAME)
+      name = arg.get_as_sym_int().get_as_name();
+    if (arg.tag() == schema::Argument::Tag::AS_SYM_FLOAT &&
+        arg.get_as_sym_float().tag() == schema::SymFloatArgument::Tag::AS_NAME)
+      name = arg.get_as_sym_float().get_as_name();
+    if (!name.empty() && readScalars.count(name))
+      readsScalar = true;
+  }
+  if (readsScalar && traces.empty()) {
+    defineOthers(index, node);
+    return;
+  }
+
+  const Value *first = tensorInput(node, "self", 0);
+  if (!first && !tensors.empty())
+    first = tensors.front();
+
+  if (isValueRead(packet) && !traces.empty()) {
+    valueRead(*traces.front(), op);
+    for (const std::string &name : symbolicOutputs(node))
+      readScalars[name] = traces.front()->record;
+    defineOthers(index, node);
+    return;
+  }
+
+  // dest.copy_(src) and its functional form copy(dest, src).
+  if (packet == "aten.copy_" || packet == "aten.copy") {
+    const Value *dest = tensorInput(node, "self", 0);
+    const Value *src = tensorInput(node, "src", 1);
+    if (dest && src) {
+      visitCopy(index, node, *dest, *src, op);
+      return;
+    }
+  }
+  if (isScatter(packet)) {
+    const Value *base = tensorInput(node, "self", 0);
+    const Value *src = tensorInput(node, "src", 1);
+    if (base && src) {
+      visitScatter(index, node, *base, *src);
+      return;
+    }
+  }
+
+  if (!traces.empty()) {
+    const Value *src = traces.front();
+    bool onlySrc = first == src && traces.size() == 1;
+    if (onlySrc && visitTraceView(index, node, *src))
+      return;
+    bool selfIsState = first && first->kind == Value::Kind::State;
+    if (isInPlace(packet) && selfIsState) {
+      // A target written by an op other than copy_ from a trace.
+      Record &record = records[src->record];
+      std::string operands, types;
+      for (const Value *t : traces)
+        if (t->record == src->record) {
+          operands += (operands.empty() ? "" : ", ") + t->ssa;
+          types += (types.empty() ? "" : ", ") + traceType(*t);
+        }
+      currentRecord = src->record;
+      writtenStorages.insert(targets[first->target].storage);
+      emit(src->record, "loadplan.inplace_write " + irString(op) + " (" +
+                            operands + ") into @t" +
+                            std::to_string(first->target) + " : " + types);
+      (void)record;
+      defineStates(index, node, *first);
+      return;
+    }
+    visitApply(index, node, traces);
+    return;
+  }
+
+  // Ops of targets and other tensors alone.
+  if (first && first->kind == Value::Kind::State) {
+    if (visitStateView(index, node, *first))
+      return;
+    if (packet == "aten.fill_" || packet == "aten.fill" ||
+        packet == "aten.zero_" || packet == "aten.zero") {
+      std::string name = packet == "aten.fill"   ? "aten.fill_"
+                         : packet == "aten.zero" ? "aten.zero_"
+                                                 : packet;
+      constantWrite(name, first->target, first->at, first->meta.dtype);
+      defineStates(index, node, *first);
+      return;
+    }
+    // Any other op reads the target (an in-place one reads it too).
+    readTarget(first->target, op);
+    if (isInPlace(packet)) {
+      defineStates(index, node, *first);
+      return;
+    }
+    defineOthers(index, node);
+    return;
+  }
+  for (const Value *v : tensors)
+    if (v->kind == Value::Kind::State) {
+      readTarget(v->target, op);
+      break;
+    }
+  defineOthers(index, node);
+}
+
+/// Defines `node`'s outputs as `base`'s target elements at `base`'s place
+/// (an in-place write, or a functionalized one), each with the metadata
+/// the graph records for it.
+void Importer::defineStates(int index, const schema::Node &node,
+                            const Value &base) {
+  const auto &tensorValues = graph.get_tensor_values();
+  for (const std::string &name : outputNames(node)) {
+    Value state = base;
+    state.node = index;
+    auto it = tensorValues.find(name);
+    if (it != tensorValues.end())
+      state.meta = toMeta(it->second);
+    values[name] = state;
+  }
+}
+
+/// Defines `node`'s outputs as values that are neither traces nor targets.
+void Importer::defineOthers(int index, const schema::Node &node) {
+  const auto &tensorValues = graph.get_tensor_values();
+  for (const std::string &name : outputNames(node)) {
+    Value value;
+    value.node = index;
+    auto it = tensorValues.find(name);
+    if (it != tensorValues.end())
+      value.meta = toMeta(it->second);
+    values[name] = value;
+  }
+}
+
+/// A view or element copy of a trace: the dialect's ops for it, as the op
+/// table spells them. False if `node` is not one (it is then an `apply`).
+bool Importer::visitTraceView(int index, const schema::Node &node,
+                              const Value &src) {
+  std::vector<std::string> outs = outputNames(node);
+  if (outs.empty())
+    return false;
+  std::vector<Meta> metas;
+  for (const std::string &name : outs) {
+    auto it = graph.get_tensor_values().find(name);
+    if (it == graph.get_tensor_values().end())
+      return false;
+    metas.push_back(toMeta(it->second));
+  }
+  currentRecord = src.record;
+  std::vector<ViewOp> views =
+      traceViewOps(opPacket(node.get_target()), {node, src.meta, metas});
+  if (views.empty())
+    return false;
+  assert(views.size() == outs.size() && "one view op per output");
+
+  // One view op per output: `%r = loadplan.<view> %src <attrs> : in -> out`.
+  Record &record = records[src.record];
+  std::string inType = traceType(src);
+  for (size_t k = 0; k < views.size(); ++k) {
+    const ViewOp &view = views[k];
+    std::string value = record.fresh();
+    std::string outType =
+        irTensorType(metas[k].layout.sizes, metas[k].element());
+    std::string sig = (view.op == "alias" || view.op == "clone")
+                          ? inType
+                          : inType + " -> " + outType;
+    emit(src.record, value + " = loadplan." + view.op + " " + src.ssa +
+                         (view.attrs.empty() ? "" : " " + view.attrs) + " : " +
+                         sig);
+    values[outs[k]] = newTrace(src.record, value, metas[k], index);
+  }
+  return true;
+}
+
+/// A view of a target: a state with the layout the graph records. False if
+/// `node` is not a view.
+bool Importer::visitStateView(int index, const schema::Node &node,
+                              const Value &src) {
+  std::string packet = opPacket(node.get_target());
+  if (!isView(packet) || packet == "aten.reshape")
+    return false;
+  std::vector<std::string> outs = outputNames(node);
+  if (outs.empty())
+    return false;
+  const Target &target = targets[src.target];
+  // The graph records each view's layout in its input's storage; that maps
+  // onto the target only where the input's own layout is the target's (a
+  // placeholder and its views are; a functionalized write is a fresh tensor
+  // that may not be).
+  if (src.meta.layout.sizes != src.at.sizes ||
+      src.meta.layout.strides != src.at.strides)
+    return false;
+  for (const std::string &name : outs) {
+    auto it = graph.get_tensor_values().find(name);
+    if (it == graph.get_tensor_values().end())
+      return false;
+    Meta meta = toMeta(it->second);
+    if (meta.dtype != target.meta.dtype)
+      return false; // view(dtype): not a layout of the target's elements
+    Value state = src;
+    state.meta = meta;
+    state.at = meta.layout;
+    state.at.offset =
+        src.at.offset + (meta.layout.offset - src.meta.layout.offset);
+    state.node = index;
+    values[name] = state;
+  }
+  return true;
+}
+
+void Importer::visitCopy(int index, const schema::Node &node, const Value &dest,
+                         const Value &src, const std::string &op) {
+  std::string name = op == "aten.copy" ? "aten.copy_" : op;
+  if (src.kind == Value::Kind::Trace) {
+    if (dest.kind == Value::Kind::State) {
+      copyEvent(src, dest.target, dest.at, dest.meta.dtype, name);
+      defineStates(index, node, dest);
+      return;
+    }
+    if (dest.kind == Value::Kind::Trace) {
+      // An in-place op on an incoming tensor.
+      std::vector<const Value *> traces = {&dest, &src};
+      visitApply(index, node, traces);
+      return;
+    }
+    // Into a tensor that is not a target. A functional copy into a fresh
+    // tensor is its source again, for a later scatter or mutation output.
+    currentRecord = src.record;
+    if (op == "aten.copy_") {
+      emit(src.record, "loadplan.write_other " + irString(name) + " (" +
+                           src.ssa + ") : " + traceType(src));
+      defineOthers(index, node);
+      return;
+    }
+    defineOthers(index, node);
+    return;
+  }
+  if (dest.kind == Value::Kind::State) {
+    // A write of data that is no checkpoint tensor: a constant write, and
+    // a read of the target it came from.
+    if (src.kind == Value::Kind::State)
+      readTarget(src.target, name);
+    constantWrite(name, dest.target, dest.at, dest.meta.dtype);
+    defineStates(index, node, dest);
+    return;
+  }
+  if (src.kind == Value::Kind::State)
+    readTarget(src.target, name);
+  defineOthers(index, node);
+}
+
+void Importer::visitScatter(int index, const schema::Node &node,
+                            const Value &base, const Value &src) {
+  if (base.kind != Value::Kind::State) {
+    // A scatter into a tensor that is no target (or not yet one: a full
+    // copy that a mutation output writes back); the output decides.
+    if (base.kind == Value::Kind::Trace || src.kind == Value::Kind::Trace) {
+      defineOthers(index, node);
+      return;
+    }
+    defineOthers(index, node);
+    return;
+  }
+  std::optional<Layout> at = scatterPosition(node, base.at);
+  if (!at) {
+    if (src.kind == Value::Kind::Trace) {
+      std::vector<const Value *> traces = {&src};
+      visitApply(index, node, traces);
+    }
+    defineStates(index, node, base);
+    return;
+  }
+  // Copy the base first: writeInto may define values.
+  Value target = base;
+  writeInto(target.target, *at, src, target.meta.dtype, 0);
+  defineStates(index, node, target);
+}
+
+/// The events that writing `value` into `at` of `target` stands for: a copy
+/// of a trace; nothing for the target's own elements at that place (a view
+/// scattered back where it was viewed, which is how functionalization
+/// writes through views); the writes a functionalized chain of copies,
+/// fills and scatters makes; a constant write of anything else.
+void Importer::writeInto(int target, const Layout &at, const Value &value,
+                         loadplan_dtype_t destType, int depth) {
+  if (depth > 256)
+    fail("the program nests writes deeper than 256");
+  if (value.kind == Value::Kind::Trace) {
+    copyEvent(value, target, at, destType, "aten.copy_");
+    return;
+  }
+  if (value.kind == Value::Kind::State && value.target == target &&
+      value.at == at)
+    return;
+  const auto &nodes = graph.get_nodes();
+  if (value.node >= 0) {
+    const schema::Node &node = nodes[value.node];
+    std::string packet = opPacket(node.get_target());
+    if (packet == "aten.copy") {
+      if (const Value *src = tensorInput(node, "src", 1)) {
+        const Value *dest = tensorInput(node, "self", 0);
+        writeInto(target, at, *src, dest ? dest->meta.dtype : destType,
+                  depth + 1);
+        return;
+      }
+    }
+    if (isScatter(packet) && value.kind != Value::Kind::State) {
+      const Value *base = tensorInput(node, "self", 0);
+      const Value *src = tensorInput(node, "src", 1);
+      std::optional<Layout> inner = scatterPosition(node, at);
+      if (base && src && inner) {
+        writeInto(target, at, *base, destType, depth + 1);
+        writeInto(target, *inner, *src, destType, depth + 1);
+        return;
+      }
+    }
+    if (packet == "aten.fill" || packet == "aten.zero") {
+      constantWrite(packet + "_", target, at, destType);
+      return;
+    }
+  }
+  if (value.kind == Value::Kind::State)
+    readTarget(value.target, "aten.copy_");
+  constantWrite("aten.copy_", target, at, destType);
+}
+
+/// Any other op on traces: an `apply` in the block of the first trace's
+/// name, whose results are traces without a layout; an in-place op on a
+/// trace gives the trace its result as its new value.
+void Importer::visitApply(int index, const schema::Node &node,
+                          const std::vector<const Value *> &traces) {
+  const Value &first = *traces.front();
+  int recordIndex = first.record;
+  Record &record = records[recordIndex];
+  currentRecord = recordIndex;
+  std::string op = opName(node.get_target());
+  std::string operands, types;
+  std::vector<std::string> others;
+  for (const Value *t : traces) {
+    if (t->record == recordIndex) {
+      operands += (operands.empty() ? "" : ", ") + t->ssa;
+      types += (types.empty() ? "" : ", ") + traceType(*t);
+    } else if (std::find(others.begin(), others.end(),
+                         records[t->record].name) == others.end()) {
+      others.push_back(records[t->record].name);
+    }
+  }
+  std::vector<std::string> outs = outputNames(node);
+  std::vector<Meta> metas;
+  std::string outTypes;
+  for (const std::string &name : outs) {
+    auto it = graph.get_tensor_values().find(name);
+    Meta meta =
+        it == graph.get_tensor_values().end() ? Meta{} : toMeta(it->second);
+    // A dtype the IR lacks is spelt as i8, as capture spells it: such a
+    // value is only ever a reason, never a write.
+    if (meta.element().empty())
+      meta.dtype = LOADPLAN_DTYPE_INT8;
+    outTypes += (outTypes.empty() ? "" : ", ") +
+                irTensorType(meta.layout.sizes, meta.element());
+    metas.push_back(meta);
+  }
+  if (outs.size() != 1)
+    outTypes = "(" + outTypes + ")";
+  std::vector<std::string> results;
+  std::string lhs;
+  for (size_t k = 0; k < outs.size(); ++k) {
+    results.push_back(record.fresh());
+    lhs += (k ? ", " : "") + results.back();
+  }
+  std::string attrs;
+  if (!others.empty()) {
+    std::string names = "[";
+    for (size_t i = 0; i < others.size(); ++i)
+      names += (i ? ", " : "") + irString(others[i]);
+    attrs = " {names = " + names + "]}";
+  }
+  emit(recordIndex, (lhs.empty() ? "" : lhs + " = ") + "loadplan.apply " +
+                        irString(op) + " (" + operands + ")" + attrs + " : (" +
+                        types + ") -> " + outTypes);
+  for (size_t k = 0; k < outs.size(); ++k)
+    values[outs[k]] = newTrace(recordIndex, results[k], metas[k], index);
+  // In place on a trace: later uses of the trace see the result.
+  std::string packet = opPacket(node.get_target());
+  if (isInPlace(packet) && !outs.empty()) {
+    const schema::Argument *self = input(node, "self", 0);
+    if (self && self->tag() == schema::Argument::Tag::AS_TENSOR) {
+      auto it = values.find(self->get_as_tensor().get_name());
+      if (it != values.end() && it->second.kind == Value::Kind::Trace)
+        it->second = values[outs[0]];
+    }
+  }
+  (void)index;
+}
+
+//===----------------------------------------------------------------------===//
+// The program
+//===----------------------------------------------------------------------===//
+
+std::string Importer::run(const std::string &sourceName) {
+  declare();
+  const auto &nodes = graph.get_nodes();
+  for (size_t i = 0; i < nodes.size(); ++i)
+    visit(static_cast<int>(i), nodes[i]);
+
+  // Functionalized writes: each mutated target's final value.
+  for (const schema::OutputSpec &spec :
+       program.get_graph_module().get_signature().get_output_specs()) {
+    using Tag = schema::OutputSpec::Tag;
+    std::string value, fqn;
+    if (spec.tag() == Tag::PARAMETER_MUTATION) {
+      value = spec.get_parameter_mutation().get_arg().get_name();
+      fqn = spec.get_parameter_mutation().get_parameter_name();
+    } else if (spec.tag() == Tag::BUFFER_MUTATION) {
+      value = spec.get_buffer_mutation().get_arg().get_name();
+      fqn = spec.get_buffer_mutation().get_buffer_name();
+    } else {
+      continue;
+    }
+    // The target: the input this output writes back.
+    int target = -1;
+    for (const schema::InputSpec &in :
+         program.get_graph_module().get_signature().get_input_specs()) {
+      std::string placeholder;
+      if (in.tag() == schema::InputSpec::Tag::PARAMETER &&
+          in.get_parameter().get_parameter_name() == fqn)
+        placeholder = in.get_parameter().get_arg().get_name();
+      if (in.tag() == schema::InputSpec::Tag::BUFFER &&
+          in.get_buffer().get_buffer_name() == fqn)
+        placeholder = in.get_buffer().get_arg().get_name();
+      if (!placeholder.empty()) {
+        auto it = values.find(placeholder);
+        if (it != values.end() && it->second.kind == Value::Kind::State)
+          target = it->second.target;
+      }
+    }
+    if (target < 0)
+      continue; // a target the IR cannot hold
+    auto it = values.find(value);
+    if (it == values.end())
+      fail("the program's mutation of '" + fqn + "' is an undefined value");
+    Layout whole = targets[target].meta.layout;
+    whole.offset = 0;
+    writeInto(target, whole, it->second, targets[target].meta.dtype, 0);
+  }
+
+  // Reads of targets no name writes are the loader's own business.
+  std::map<int, std::vector<size_t>> dropped;
+  for (const PendingRead &read : reads)
+    if (!writtenStorages.count(read.storage))
+      dropped[read.record].push_back(read.line);
+
+  std::ostringstream os;
+  os << "// Imported by loadplan-translate from " << sourceName << "\n";
+  os << "module {\n";
+  for (size_t s = 0; s < storages.size(); ++s)
+    os << "  loadplan.storage @s" << s << " size " << storages[s].size << "\n";
+  for (size_t t = 0; t < targets.size(); ++t) {
+    const Target &target = targets[t];
+    os << "  loadplan.target @t" << t << " module " << irString(target.module)
+       << " tensor " << irString(target.tensor) << " storage @s"
+       << target.storage << " byte_offset " << target.byteOffset() << " stride "
+       << irInts(target.meta.layout.strides) << " : "
+       << irTensorType(target.meta.layout.sizes, target.meta.element()) << "\n";
+  }
+  for (size_t r = 0; r < records.size(); ++r) {
+    const Record &record = records[r];
+    os << "  loadplan.checkpoint " << irString(record.name) << " : "
+       << irTensorType(record.meta.layout.sizes, record.meta.element())
+       << " (%w) {\n";
+    if (r == 0)
+      for (const std::string &line : pending)
+        os << "    " << line << "\n";
+    const std::vector<size_t> &drop = dropped[static_cast<int>(r)];
+    for (size_t i = 0; i < record.lines.size(); ++i)
+      if (std::find(drop.begin(), drop.end(), i) == drop.end())
+        os << "    " << record.lines[i] << "\n";
+    os << "  }\n";
+  }
+  os << "}\n";
+  return os.str();
+}
+
+std::string importProgram(const schema::ExportedProgram &program,
+                          const schema::PayloadConfig *weights,
+                          Archive &archive, const std::string &sourceName) {
+  return Importer(program, weights, archive).run(sourceName);
+}
+
+} // namespace mlir::loadplan::torch_export
