@@ -125,8 +125,10 @@ class Endpoint:
 
     def _start(self, plan: _runtime.Plan | None = None, layouts: list | None = None,
                fallbacks: list | None = None) -> None:
-        self._connect()
+        # The schedule first: a rank that cannot take part (its inputs, or
+        # refuse()) fails every rank's set-up before any connects.
         self.schedule = self._agree_on_schedule()
+        self._connect()
         self._transfer = _native.Transfer(
             self._comm, self.schedule.native, plan, layouts or [], fallbacks or [],
             self._num_threads, self._debug_fail_round)
@@ -172,6 +174,24 @@ class Endpoint:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def refuse(message: str, *, rank: int, world_size: int, group: Any = None, store: Any = None,
+           init_method: str | None = None, name: str = "loadplan", host: str | None = None,
+           timeout: float = 60.0) -> None:
+    """What a rank that cannot make its Sender or Receiver calls instead:
+    it joins the other ranks' set-up only to fail it, on every rank, with
+    ``message`` (so no rank waits for it). Returns once they know; the
+    caller raises its own error."""
+    rv = Rendezvous(rank, world_size, group=group, store=store, init_method=init_method,
+                    name=name, host=host, timeout=timeout)
+    mine = {"role": "error", "rank": rank, "message": message}
+    gathered = rv.gather(json.dumps(mine).encode())
+    payload = None
+    if gathered is not None:  # rank 0: everyone's error, the first one
+        errors = [d for d in map(json.loads, gathered) if d["role"] == "error"]
+        payload = b"E" + errors[0]["message"].encode()
+    rv.broadcast(payload, "schedule")
 
 
 class Sender(Endpoint):

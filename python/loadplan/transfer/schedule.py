@@ -171,6 +171,9 @@ class Schedule:
 def build_from(descriptors: list[dict], num_senders: int, world_size: int) -> Schedule:
     """Rank 0's part of agreeing on a schedule: the schedule of every rank's
     descriptor (see endpoints.py)."""
+    for d in descriptors:
+        if d["role"] == "error":  # a rank that cannot take part (endpoints.refuse)
+            raise ValueError(d["message"])
     engines = {d["engine"] for d in descriptors}
     if len(engines) != 1:
         raise ValueError(f"load plan: ranks ask for different engines: {sorted(engines)}")

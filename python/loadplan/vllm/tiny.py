@@ -1,0 +1,205 @@
+"""Tiny vLLM models on the CPU, for tests and benchmarks.
+
+vLLM's own model classes build on its CPU platform from tiny
+``transformers`` configs: ``save`` writes a tiny Hugging Face model (its
+safetensors header is the checkpoint), ``build`` makes vLLM's model for it
+as vLLM's tests do (a fresh ``VllmConfig`` per instance, under
+``set_current_vllm_config``, with the distributed state set up once per
+process over Gloo), ``load`` loads and processes it as vLLM's loader does,
+and ``vllm_reload`` is vLLM's own reload path, the reference an update is
+compared with.
+
+vLLM's PyPI wheel is a CUDA build: on the CPU its kernels (``vllm._C``) are
+absent. Where post-load processing would call one, ``cpu_kernels`` makes
+vLLM take the path it has for CPUs without them, or stands in for the one
+kernel that has no such path:
+
+- linear and embedding layers: vLLM's portable branch (``torch.nn.functional
+  .linear`` on the weight as loaded), as on CPUs without AMX or oneDNN;
+- MLA attention: vLLM's reference CPU backend (``CPU_MLA``), not AMX's;
+- the CPU MoE prepack (``_C::prepack_moe_weight``): a stand-in, by default
+  the unpacked layout (what GPU backends keep), or with
+  ``moe_prepack="reversed"`` a layout that really differs from the
+  checkpoint's, so that a test sees a layer whose processing changes it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+FAMILIES = ("llama", "qwen3", "qwen3_moe", "deepseek_v3", "mixtral")
+
+
+def use_cpu_platform() -> None:
+    """vLLM's CPU platform (set before vLLM picks one)."""
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
+
+_MOE_PREPACK: list[str] = []
+
+
+def cpu_kernels(moe_prepack: str = "identity") -> None:
+    """Makes vLLM's post-load processing run on this CPU build (see the
+    module doc). Once per process."""
+    import vllm._custom_ops as ops
+    import vllm.model_executor.layers.utils as layer_utils
+
+    layer_utils.check_cpu_sgl_kernel = lambda *args, **kwargs: False
+    ops._supports_onednn = False
+    if _MOE_PREPACK:
+        _MOE_PREPACK[0] = moe_prepack
+        return
+    _MOE_PREPACK.append(moe_prepack)
+    if hasattr(torch.ops._C, "prepack_moe_weight"):
+        return  # a vLLM build with its CPU kernels
+    lib = torch.library.Library("_C", "FRAGMENT")
+    lib.define("prepack_moe_weight(Tensor weight, Tensor(a!) output, str isa) -> ()")
+
+    def prepack(weight: torch.Tensor, output: torch.Tensor, isa: str) -> None:
+        output.copy_(weight.flip(-1) if _MOE_PREPACK[0] == "reversed" else weight)
+
+    lib.impl("prepack_moe_weight", prepack, "CPU")
+    cpu_kernels.library = lib  # kept alive with the process
+
+
+def hf_config(family: str, *, layers: int = 2, experts: int = 4, hidden: int = 64,
+              intermediate: int = 128, heads: int = 4, kv_heads: int = 2, vocab: int = 256):
+    """A tiny transformers config of ``family``."""
+    import transformers
+
+    common = dict(hidden_size=hidden, intermediate_size=intermediate,
+                  num_hidden_layers=layers, num_attention_heads=heads,
+                  num_key_value_heads=kv_heads, vocab_size=vocab, max_position_embeddings=128,
+                  tie_word_embeddings=False)
+    if family == "llama":
+        return transformers.LlamaConfig(**common)
+    if family == "qwen3":
+        return transformers.Qwen3Config(**common, head_dim=hidden // heads)
+    if family == "qwen3_moe":
+        return transformers.Qwen3MoeConfig(
+            **common, head_dim=hidden // heads, moe_intermediate_size=intermediate // 2,
+            num_experts=experts, num_experts_per_tok=2, decoder_sparse_step=1,
+            mlp_only_layers=[])
+    if family == "mixtral":
+        return transformers.MixtralConfig(**common, num_local_experts=experts,
+                                          num_experts_per_tok=2)
+    if family == "deepseek_v3":
+        return transformers.DeepseekV3Config(
+            **{**common, "num_key_value_heads": heads}, moe_intermediate_size=intermediate // 2,
+            n_routed_experts=experts, num_experts_per_tok=2, n_shared_experts=1,
+            first_k_dense_replace=1, q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16,
+            qk_rope_head_dim=8, v_head_dim=16, n_group=1, topk_group=1,
+            topk_method="noaux_tc", scoring_func="sigmoid")
+    raise ValueError(f"unknown family {family!r}; one of {FAMILIES}")
+
+
+def save(family: str, directory: str | os.PathLike, *, seed: int = 0,
+         dtype: torch.dtype = torch.bfloat16, **sizes) -> Path:
+    """Writes a tiny Hugging Face model of ``family`` (random weights) and
+    returns its folder."""
+    import transformers
+
+    config = hf_config(family, **sizes)
+    config.torch_dtype = dtype
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config).to(dtype)
+    directory = Path(directory)
+    model.save_pretrained(directory)
+    return directory
+
+
+def checkpoint(directory: str | os.PathLike) -> list[tuple[str, torch.Tensor]]:
+    """The checkpoint tensors, in file order."""
+    from safetensors import safe_open
+
+    out = []
+    for path in sorted(glob.glob(f"{directory}/*.safetensors")):
+        with safe_open(path, "pt") as f:
+            out += [(name, f.get_tensor(name)) for name in f.keys()]
+    return out
+
+
+_DISTRIBUTED: list[tuple[int, int]] = []
+
+
+def init_distributed(tp_size: int, rank: int, init_method: str) -> None:
+    """vLLM's distributed state over Gloo, once per process."""
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+
+    if _DISTRIBUTED:
+        if _DISTRIBUTED[0] != (tp_size, rank):
+            raise RuntimeError(f"this process is rank {_DISTRIBUTED[0][1]} of TP "
+                               f"{_DISTRIBUTED[0][0]} already")
+        return
+    with set_current_vllm_config(VllmConfig()):
+        init_distributed_environment(world_size=tp_size, rank=rank,
+                                     distributed_init_method=init_method, local_rank=rank,
+                                     backend="gloo")
+        initialize_model_parallel(tp_size, 1)
+    _DISTRIBUTED.append((tp_size, rank))
+
+
+def build(directory: str | os.PathLike, *, tp_size: int = 1, rank: int = 0,
+          init_method: str = "tcp://127.0.0.1:29531", expert_parallel: bool = False,
+          dtype: torch.dtype = torch.bfloat16):
+    """vLLM's model for the Hugging Face model in ``directory`` on this rank
+    (not loaded): ``(vllm_config, model)``."""
+    from vllm.config import (
+        AttentionConfig,
+        DeviceConfig,
+        ModelConfig,
+        ParallelConfig,
+        VllmConfig,
+        set_current_vllm_config,
+    )
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm.utils.torch_utils import set_default_torch_dtype
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    init_distributed(tp_size, rank, init_method)
+    model_config = ModelConfig(model=str(directory), skip_tokenizer_init=True,
+                               dtype=dtype, enforce_eager=True)
+    mla = getattr(model_config.hf_config, "kv_lora_rank", None) is not None
+    vllm_config = VllmConfig(
+        model_config=model_config, device_config=DeviceConfig("cpu"),
+        parallel_config=ParallelConfig(tensor_parallel_size=tp_size,
+                                       enable_expert_parallel=expert_parallel),
+        attention_config=AttentionConfig(backend=AttentionBackendEnum.CPU_MLA) if mla
+        else AttentionConfig())
+    # What vLLM's worker sets: this rank's place in the parallel layout.
+    vllm_config.parallel_config.rank = rank
+    with set_current_vllm_config(vllm_config), set_default_torch_dtype(dtype):
+        model = initialize_model(vllm_config=vllm_config)
+    return vllm_config, model
+
+
+def load(vllm_config, model: torch.nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """What vLLM's loader does at start-up: ``load_weights``, then every
+    layer's post-load processing."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.utils import process_weights_after_loading
+
+    with set_current_vllm_config(vllm_config), torch.no_grad():
+        model.load_weights(iter(list(weights)))
+        process_weights_after_loading(model, vllm_config.model_config, torch.device("cpu"))
+
+
+def vllm_reload(vllm_config, model: torch.nn.Module,
+                weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """vLLM's own reload path, as its NCCL engine runs it."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.reload import (
+        finalize_layerwise_reload,
+        initialize_layerwise_reload,
+    )
+
+    with set_current_vllm_config(vllm_config), torch.no_grad():
+        initialize_layerwise_reload(model)
+        model.load_weights(iter(list(weights)))
+        finalize_layerwise_reload(model, vllm_config.model_config)

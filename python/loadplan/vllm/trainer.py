@@ -1,0 +1,200 @@
+"""The trainer's side of the ``loadplan`` backend: a vLLM
+``TrainerWeightTransferEngine`` over a ``WeightSource``.
+
+Every trainer rank is a sender: with ``engine="m_to_n"`` it sends the local
+shards ``iter_local`` yields (the boxes its ``ParamMeta`` placements say),
+with ``"sliced"`` or ``"full"`` the whole tensors ``iter_full`` yields of the
+names it owns. Rank 0 serves the rendezvous store and drives the workers
+through the client: ``start_weight_update``, then ``update_weights`` while
+every rank sends, then ``finish_weight_update``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, fields
+from typing import Self
+
+import torch
+from vllm.distributed.weight_transfer.base import (
+    ParamMeta as VllmParamMeta,
+)
+from vllm.distributed.weight_transfer.base import (
+    TrainerWeightTransferEngine,
+    VLLMWeightSyncClient,
+    WeightSource,
+)
+from vllm.logger import init_logger
+
+from ..transfer import Sender
+from .info import (
+    LoadplanTrainerInitInfo,
+    LoadplanWeightTransferInitInfo,
+    LoadplanWeightTransferUpdateInfo,
+    WireParams,
+    epoch_key,
+    plan_version_key,
+)
+from .layout import holdings_of, to_loadplan
+
+logger = init_logger("loadplan.vllm")
+
+
+class LoadplanTrainerWeightTransferEngine(TrainerWeightTransferEngine[LoadplanTrainerInitInfo]):
+    """Sends each update as the workers' plans say (see the module doc)."""
+
+    init_info_cls = LoadplanTrainerInitInfo
+
+    def __init__(self, *, client: VLLMWeightSyncClient, source: WeightSource,
+                 init_info: LoadplanTrainerInitInfo, store, session: str):
+        super().__init__(client=client, source=source, is_sender=init_info.is_sender,
+                         rank=init_info.rank)
+        self.init_info = init_info
+        self.store = store
+        self.session = session
+        self.local = init_info.engine == "m_to_n"
+        self._sender: Sender | None = None
+        self._epoch = -1  # of the current sender
+        self._last_epoch = -1  # the last one rank 0 chose
+        self._versions: list[str | None] | None = None
+        self._sent_meta: list[VllmParamMeta] | None = None
+        self._round = 0
+
+    @classmethod
+    def trainer_init(cls, init_info: LoadplanTrainerInitInfo, *, client: VLLMWeightSyncClient,
+                     source: WeightSource | None = None) -> Self:
+        if source is None:
+            raise ValueError("load plan: the loadplan trainer engine needs a WeightSource")
+        if init_info.engine == "m_to_n" and not source.implements_iter_local():
+            raise TypeError(f"load plan: engine 'm_to_n' sends local shards, but "
+                            f"{type(source).__name__} does not implement iter_local()")
+        if init_info.engine != "m_to_n" and not source.implements_iter_full():
+            raise TypeError(f"load plan: engine {init_info.engine!r} sends whole tensors, but "
+                            f"{type(source).__name__} does not implement iter_full()")
+        import torch.distributed as dist
+
+        timeout = datetime.timedelta(seconds=init_info.timeout)
+        store = dist.TCPStore(init_info.master_address, init_info.master_port,
+                              is_master=init_info.is_sender, timeout=timeout,
+                              wait_for_workers=False)
+        # One session per trainer_init keeps this trainer's keys apart from an
+        # earlier one's in a store that outlived it.
+        if init_info.is_sender:
+            session = f"loadplan-{uuid.uuid4().hex[:12]}"
+            store.set("loadplan/session", session)
+        else:
+            store.wait(["loadplan/session"], timeout)
+            session = store.get("loadplan/session").decode()
+        engine = cls(client=client, source=source, init_info=init_info, store=store,
+                     session=session)
+        if engine.is_sender:
+            wire = {f.name: getattr(init_info, f.name) for f in fields(WireParams)}
+            client.init_weight_transfer_engine(asdict(LoadplanWeightTransferInitInfo(
+                master_address=init_info.master_address, master_port=init_info.master_port,
+                world_size=init_info.world_size, rank_offset=init_info.num_trainer_ranks,
+                session=session, **wire)))
+        return engine
+
+    # -----------------------------------------------------------------------
+
+    def _worker_versions(self) -> list[str | None]:
+        """How many plans each worker has made (None: none yet)."""
+        out = []
+        for rank in range(self.init_info.num_trainer_ranks, self.init_info.world_size):
+            key = plan_version_key(self.session, rank)
+            out.append(self.store.get(key).decode() if self.store.check([key]) else None)
+        return out
+
+    def _agree_on_epoch(self) -> int:
+        """Rank 0 decides whether this update needs new endpoints (none yet,
+        the last update failed, a worker planned anew) and tells the others."""
+        key = epoch_key(self.session, self._round)
+        if self.is_sender:
+            versions = self._worker_versions()
+            epoch = self._last_epoch
+            if self._sender is None or versions != self._versions:
+                epoch += 1
+            self._versions = versions
+            self._last_epoch = epoch
+            self.store.set(key, str(epoch))
+            return epoch
+        self.store.wait([key], datetime.timedelta(seconds=self.init_info.timeout))
+        return int(self.store.get(key))
+
+    def _ensure_sender(self, epoch: int, meta: list[VllmParamMeta], device: torch.device) -> Sender:
+        if self._sender is not None and self._epoch == epoch:
+            return self._sender
+        self._drop_sender()
+        info = self.init_info
+        transport = info.transport or ("nccl" if device.type == "cuda" else "gloo")
+        self._sender = Sender(
+            [to_loadplan(m) for m in meta],
+            holdings=holdings_of(meta, self.rank, info.num_trainer_ranks, self.local),
+            rank=self.rank, world_size=info.world_size, num_senders=info.num_trainer_ranks,
+            engine=info.engine, backend=transport,
+            device=device if device.type == "cuda" else None, store=self.store,
+            name=f"{self.session}.e{epoch}", timeout=info.timeout,
+            staging_cap=info.staging_cap)
+        self._epoch = epoch
+        return self._sender
+
+    def _drop_sender(self) -> None:
+        sender, self._sender = self._sender, None
+        if sender is not None:
+            sender.close()
+
+    def _tensors(self, held: dict) -> dict[str, torch.Tensor]:
+        """This rank's tensors of the update, from the source (every rank
+        iterates it whole, in metadata order: its collectives line up)."""
+        pairs = self.source.iter_local() if self.local else self.source.iter_full()
+        return {name: t.detach() for name, t in pairs if name in held}
+
+    def send_weights(self) -> None:
+        meta = self.source.metadata
+        self._round += 1
+        epoch = self._agree_on_epoch()
+        update = LoadplanWeightTransferUpdateInfo(epoch=epoch)
+        if meta != self._sent_meta:
+            update = LoadplanWeightTransferUpdateInfo(
+                epoch=epoch, names=[m.name for m in meta],
+                dtype_names=[str(m.dtype).removeprefix("torch.") for m in meta],
+                shapes=[list(m.shape) for m in meta])
+        tensors = None
+        executor = future = None
+        try:
+            if self.is_sender:
+                self.client.start_weight_update()
+                executor = ThreadPoolExecutor(max_workers=1)
+                # The workers receive while every trainer rank sends.
+                future = executor.submit(self.client.update_weights, asdict(update))
+            held = holdings_of(meta, self.rank, self.init_info.num_trainer_ranks, self.local)
+            tensors = self._tensors(held)
+            device = next(iter(tensors.values())).device if tensors else torch.device("cpu")
+            sender = self._ensure_sender(epoch, meta, device)
+            sender.send({name: tensors[name] for name in sender.holdings})
+        except BaseException:
+            self._drop_sender()  # the next update makes new endpoints
+            if future is not None:
+                # The workers failed the same update: surface their error
+                # rather than wait for one that will not come.
+                try:
+                    future.result(timeout=self.init_info.timeout)
+                except Exception as worker_error:
+                    logger.error("load plan: the workers failed the update: %s", worker_error)
+            raise
+        finally:
+            if executor is not None:
+                executor.shutdown(wait=False)
+        if future is not None:
+            try:
+                future.result(timeout=self.init_info.timeout)
+            except BaseException:
+                self._drop_sender()
+                raise
+            self.client.finish_weight_update()
+        self._sent_meta = meta
+
+    def shutdown(self) -> None:
+        self._drop_sender()

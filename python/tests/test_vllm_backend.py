@@ -1,0 +1,217 @@
+"""The ``loadplan`` vLLM weight-transfer backend, end to end on real vLLM
+model classes: trainer ranks and inference workers in separate processes,
+driven through vLLM's own factories and lifecycle (init, then start, update,
+finish per update), over Gloo. After every update each worker compares every
+parameter and buffer, byte for byte, with a second copy of its model that
+vLLM's own reload path updated with the same weights (vllm_harness.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("vllm")
+
+import vllm_harness as h  # noqa: E402
+
+# Families, sizes and layouts (tp: inference workers; trainers: trainer
+# ranks, each holding row or column shards when `sharded`).
+SCENARIOS = {
+    "llama-tp2-sliced": dict(family="llama", tp=2, engine="sliced"),
+    "qwen3-full": dict(family="qwen3", engine="full"),
+    "qwen3_moe-tp2": dict(family="qwen3_moe", tp=2),
+    "qwen3_moe-tp2-expert-parallel": dict(family="qwen3_moe", tp=2, expert_parallel=True),
+    "deepseek_v3-mla-moe": dict(family="deepseek_v3"),
+    "mixtral-tp2-from-2-sharded-trainers": dict(family="mixtral", tp=2, trainers=2,
+                                                sharded=True),
+}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return lambda family: h.saved_model(family, str(root))
+
+
+def _spec(models, tmp_path, **kw) -> h.Spec:
+    return h.Spec(model_dir=models(kw["family"]), plan_dir=str(tmp_path / "plans"),
+                  timeout=60.0, **kw)
+
+
+def _ok(results: list) -> None:
+    errors = [r for status, r in results if status != "ok"]
+    assert not errors, errors
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_every_update_equals_vllms_own_reload(models, tmp_path, name):
+    spec = _spec(models, tmp_path, **SCENARIOS[name])
+    cluster = h.Cluster(spec)
+    try:
+        for round_ in (1, 2, 3):
+            _ok(cluster.update(round_))
+            assert cluster.workers("reference", round_) == [[]] * spec.tp, round_
+        plans = cluster.workers("plan")
+    finally:
+        cluster.close()
+    for plan in plans:
+        # Planned inside the engine, from the declared checkpoint; after the
+        # first update only the layers whose processing changes a tensor go
+        # through vLLM's reload: MLA's attention (W_UK_T, W_UV).
+        assert plan["traced"]
+        mla = [p for p in plan["processed"] if p.endswith("mla_attn")]
+        assert plan["processed"] == mla
+        assert bool(mla) == (spec.family == "deepseek_v3")
+        assert "fallback" not in plan["kinds"].values(), plan["reasons"]
+        if spec.expert_parallel:  # the other rank's experts
+            assert "unneeded" in plan["kinds"].values()
+
+
+def test_a_restarted_worker_reads_its_plan_instead_of_tracing(models, tmp_path):
+    spec = _spec(models, tmp_path, family="qwen3_moe", tp=2)
+    first = h.Cluster(spec)
+    try:
+        _ok(first.update(1))
+        _ok(first.update(2))
+        assert all(p["traced"] for p in first.workers("plan"))
+    finally:
+        first.close()
+    again = h.Cluster(h.Spec(**{**spec.__dict__, "master_port": 0, "vllm_port": 0}))
+    try:
+        for round_ in (3, 4):
+            _ok(again.update(round_))
+            assert again.workers("reference", round_) == [[]] * spec.tp
+        plans = again.workers("plan")
+        assert not any(p["traced"] for p in plans)
+        assert all(p["processed"] == [] for p in plans)
+    finally:
+        again.close()
+
+
+# ---------------------------------------------------------------------------
+# Failures: with atomic, the model keeps its weights; a new update works.
+
+
+def _unchanged_then_recovers(cluster: h.Cluster, round_: int, **fault) -> list:
+    before = cluster.workers("digest")
+    results = cluster.update(round_, **fault)
+    assert cluster.workers("digest") == before
+    return results
+
+
+def test_a_bad_checkpoint_fails_every_worker_and_changes_nothing(models, tmp_path):
+    spec = _spec(models, tmp_path, family="llama", tp=2)
+    cluster = h.Cluster(spec)
+    try:
+        _ok(cluster.update(1))
+        assert cluster.workers("reference", 1) == [[]] * 2
+        # A name the model has no place for: the workers cannot plan it.
+        results = _unchanged_then_recovers(cluster, 2, variant="unknown_name")
+        status, message = results[0]
+        assert status == "error" and "bogus_proj" in message, message
+        # A tensor sent in another dtype than declared: refused by the
+        # sender before any rank moves a byte.
+        results = _unchanged_then_recovers(cluster, 3, wrong_dtype={0: "o_proj.weight"})
+        status, message = results[0]
+        assert status == "error" and "torch.float16" in message, message
+        # The next update is whole again.
+        _ok(cluster.update(4))
+        assert cluster.workers("reference", 4) == [[]] * 2
+    finally:
+        cluster.close()
+
+
+def test_a_trainer_rank_that_dies_fails_every_worker_and_changes_nothing(models, tmp_path):
+    spec = _spec(models, tmp_path, family="llama", tp=2, trainers=2, sharded=True)
+    cluster = h.Cluster(spec)
+    try:
+        _ok(cluster.update(1))
+        _ok(cluster.update(2))
+        results = _unchanged_then_recovers(cluster, 3, die_after_s={1: 0.0})
+        status, message = results[0]
+        assert status == "error", results
+        # New trainer processes, a fresh trainer_init: updates work again.
+        cluster.restart_trainers()
+        _ok(cluster.update(4))
+        assert cluster.workers("reference", 4) == [[]] * 2
+    finally:
+        cluster.close()
+
+
+# ---------------------------------------------------------------------------
+# Pieces, in process.
+
+
+def _chunked(t, meta):
+    """What iter_local yields on each owner: torch.chunk per mesh axis."""
+    from vllm.distributed.weight_transfer.base import Shard
+
+    out = {}
+    for flat, rank in enumerate(meta.owners):
+        coords, rest = [], flat
+        for size in reversed(meta.mesh_shape):
+            coords.append(rest % size)
+            rest //= size
+        piece = t
+        for axis, p in zip(range(len(meta.mesh_shape)), meta.placements):
+            if isinstance(p, Shard):
+                parts = piece.chunk(meta.mesh_shape[axis], dim=p.dim)
+                c = coords[::-1][axis]
+                piece = parts[c] if c < len(parts) else piece.narrow(p.dim, 0, 0)
+        out[rank] = piece
+    return out
+
+
+@pytest.mark.parametrize("shape, mesh, placements", [
+    ((5, 4), (2,), ("S0",)),
+    ((7, 6), (2, 2), ("S0", "S1")),
+    ((9, 3), (2, 3), ("S0", "S0")),
+    ((3, 8), (4,), ("S0",)),  # the last owner holds nothing
+    ((4, 4), (2, 2), ("R", "S1")),
+])
+def test_owner_boxes_are_what_iter_local_yields(shape, mesh, placements):
+    import math
+
+    import torch
+    from vllm.distributed.weight_transfer.base import ParamMeta, Replicate, Shard
+
+    from loadplan.vllm.layout import owner_boxes
+
+    ps = tuple(Replicate() if p == "R" else Shard(int(p[1])) for p in placements)
+    meta = ParamMeta("w", torch.float32, shape, owners=tuple(range(math.prod(mesh))),
+                     mesh_shape=mesh, placements=ps)
+    t = torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape)
+    boxes = owner_boxes(meta, math.prod(mesh))
+    for rank, piece in _chunked(t, meta).items():
+        if piece.numel() == 0:
+            assert rank not in boxes
+            continue
+        box = boxes[rank]
+        assert torch.equal(t[tuple(slice(a, b) for a, b in box)], piece), rank
+
+
+def test_init_infos_refuse_what_cannot_work():
+    from loadplan.vllm.info import LoadplanTrainerInitInfo, LoadplanWeightTransferUpdateInfo
+
+    ok = dict(rank=0, master_address="127.0.0.1", master_port=29600, world_size=3)
+    LoadplanTrainerInitInfo(**ok)
+    for bad, match in [({"engine": "broadcast"}, "engine"), ({"num_trainer_ranks": 3}, "worker"),
+                       ({"master_port": 0}, "port"), ({"transport": "mpi"}, "transport"),
+                       ({"rank": 1}, "trainer rank")]:
+        with pytest.raises(ValueError, match=match):
+            LoadplanTrainerInitInfo(**{**ok, **bad})
+    with pytest.raises(ValueError, match="pair up"):
+        LoadplanWeightTransferUpdateInfo(epoch=0, names=["a"], dtype_names=[], shapes=[])
+
+
+def test_the_backend_is_registered_through_vllms_plugins():
+    from vllm.distributed.weight_transfer.factory import (
+        WeightTransferEngineFactory,
+        WeightTransferTrainerFactory,
+    )
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()
+    assert WeightTransferEngineFactory._registry["loadplan"]().__name__ == \
+        "LoadplanWeightTransferEngine"
+    assert WeightTransferTrainerFactory._registry["loadplan"]().__name__ == \
+        "LoadplanTrainerWeightTransferEngine"

@@ -1,0 +1,470 @@
+"""A trainer and inference workers in separate processes, driven through
+vLLM's own weight-transfer factories and lifecycle, for the ``loadplan``
+backend's tests and benchmark.
+
+Each worker builds a tiny vLLM model (``loadplan.vllm.tiny``) twice from the
+same checkpoint: the one the backend updates, and a reference that vLLM's
+own reload path updates with the same weights. Trainer rank 0 drives the
+workers through a ``VLLMWeightSyncClient`` over pipes. Every update's
+weights are random, a function of (name, seed, round), so each process
+makes the same ones without shipping them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import multiprocessing as mp
+import os
+import socket
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def round_tensor(name: str, shape, dtype: torch.dtype, seed: int, round_: int) -> torch.Tensor:
+    """The weight of ``name`` at update ``round_``: random normal values,
+    the same in every process."""
+    digest = hashlib.sha256(f"{seed}/{round_}/{name}".encode()).digest()
+    gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
+    return (torch.randn(tuple(shape), generator=gen) * 0.05).to(dtype)
+
+
+@dataclass
+class Spec:
+    """One scenario."""
+
+    family: str
+    model_dir: str
+    tp: int = 1  # inference workers (tensor parallel)
+    trainers: int = 1
+    engine: str = "m_to_n"
+    sharded: bool = False  # trainer ranks hold row/column shards (M-to-N)
+    expert_parallel: bool = False
+    moe_prepack: str = "identity"
+    atomic: bool = True
+    seed: int = 0
+    plan_dir: str = ""
+    timeout: float = 120.0
+    master_port: int = 0
+    vllm_port: int = 0
+    fp32_names: tuple[str, ...] = ("e_score_correction_bias",)
+
+
+def metadata(spec: Spec, variant: str | None = None):
+    """vLLM ParamMetas of the checkpoint as the trainer declares it: each
+    tensor's checkpoint shape and dtype (fp32 where real checkpoints ship
+    it), owned and placed as the trainer holds it."""
+    from safetensors import safe_open
+    from vllm.distributed.weight_transfer.base import ParamMeta, Shard
+
+    out = []
+    for path in sorted(Path(spec.model_dir).glob("*.safetensors")):
+        with safe_open(str(path), "pt") as f:
+            for name in f.keys():
+                t = f.get_slice(name)
+                shape = tuple(t.get_shape())
+                dtype = torch.float32 if name.endswith(spec.fp32_names) else torch.bfloat16
+                if spec.sharded and spec.trainers > 1 and len(shape) >= 2:
+                    dim = 1 if ("o_proj" in name or "down_proj" in name) else 0
+                    out.append(ParamMeta(name, dtype, shape, owners=tuple(range(spec.trainers)),
+                                         placements=(Shard(dim),)))
+                else:
+                    out.append(ParamMeta(name, dtype, shape))
+    if variant == "unknown_name":  # a tensor the model has no place for
+        out.append(ParamMeta("model.layers.0.mlp.bogus_proj.weight", torch.bfloat16, (4, 4)))
+    elif variant == "wrong_shape":  # a tensor declared in a shape the model cannot take
+        i = next(k for k, m in enumerate(out) if m.name.endswith("o_proj.weight"))
+        m = out[i]
+        out[i] = ParamMeta(m.name, m.dtype, (m.shape[0] + 8, *m.shape[1:]))
+    return out
+
+
+def weights(spec: Spec, round_: int) -> list[tuple[str, torch.Tensor]]:
+    return [(m.name, round_tensor(m.name, m.shape, m.dtype, spec.seed, round_))
+            for m in metadata(spec)]
+
+
+def make_source(spec: Spec, rank: int, variant: str | None = None):
+    """A vLLM ``WeightSource`` of each round's weights, as trainer ``rank``
+    holds them; ``variant`` declares a bad checkpoint (see ``metadata``)."""
+    from functools import cached_property
+
+    from vllm.distributed.weight_transfer.base import WeightSource
+
+    from loadplan.vllm.layout import owner_boxes
+
+    class Source(WeightSource):
+        round = 0
+
+        @cached_property
+        def metadata(self):
+            return metadata(spec, variant)
+
+        def _tensor(self, m):
+            return round_tensor(m.name, m.shape, m.dtype, spec.seed, self.round)
+
+        def iter_full(self):
+            for m in self.metadata:
+                if m.owners is None or rank in m.owners:
+                    yield m.name, self._tensor(m)
+
+        def iter_local(self):
+            for m in self.metadata:
+                boxes = owner_boxes(m, spec.trainers)
+                if rank not in boxes:
+                    continue
+                t, box = self._tensor(m), boxes[rank]
+                if box is not None:
+                    t = t[tuple(slice(a, b) for a, b in box)].contiguous()
+                yield m.name, t
+
+    return Source()
+
+
+# ---------------------------------------------------------------------------
+# Processes
+
+
+def _setup_process(spec: Spec) -> None:
+    torch.set_num_threads(1)
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    from loadplan.vllm import tiny
+
+    tiny.use_cpu_platform()
+    tiny.cpu_kernels(spec.moe_prepack)
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()  # registers the loadplan backend (entry point)
+
+
+def _tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        out.setdefault(name, t)
+    return out
+
+
+def _compare(model: torch.nn.Module, reference: torch.nn.Module) -> list[str]:
+    """Every parameter and buffer that differs, byte for byte."""
+    ours, theirs = _tensors(model), _tensors(reference)
+    problems = [f"{n}: only in one model" for n in sorted(set(ours) ^ set(theirs))]
+    for name in sorted(set(ours) & set(theirs)):
+        a, b = ours[name].detach(), theirs[name].detach()
+        if a.shape != b.shape or a.dtype != b.dtype:
+            problems.append(f"{name}: {a.dtype} {tuple(a.shape)} vs {b.dtype} {tuple(b.shape)}")
+        elif a.numel() and not torch.equal(a.contiguous().view(-1).view(torch.uint8),
+                                           b.contiguous().view(-1).view(torch.uint8)):
+            problems.append(f"{name}: bytes differ")
+    return problems
+
+
+def _digest(model: torch.nn.Module) -> str:
+    h = hashlib.sha256()
+    for name, t in sorted(_tensors(model).items()):
+        h.update(name.encode())
+        h.update(t.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
+    if os.environ.get("LOADPLAN_HARNESS_STACKS"):
+        import faulthandler
+
+        faulthandler.dump_traceback_later(float(os.environ["LOADPLAN_HARNESS_STACKS"]),
+                                          repeat=True)
+    try:
+        _setup_process(spec)
+        from vllm.config import WeightTransferConfig
+        from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+
+        from loadplan.vllm import tiny
+
+        init = f"tcp://127.0.0.1:{spec.vllm_port}"
+        initial = tiny.checkpoint(spec.model_dir)
+        config, model = tiny.build(spec.model_dir, tp_size=spec.tp, rank=tp_rank,
+                                   init_method=init, expert_parallel=spec.expert_parallel)
+        tiny.load(config, model, initial)
+        ref_config, reference = tiny.build(spec.model_dir, tp_size=spec.tp, rank=tp_rank,
+                                           init_method=init,
+                                           expert_parallel=spec.expert_parallel)
+        tiny.load(ref_config, reference, initial)
+        engine = WeightTransferEngineFactory.create_engine(
+            WeightTransferConfig(backend="loadplan"), config, torch.device("cpu"), model)
+        conn.send(("ok", type(engine).__name__))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+        return
+    from multiprocessing.connection import wait
+
+    conns = [conn, *trainer_conns]
+    while True:
+        ready = wait(conns)
+        source = ready[0]
+        try:
+            method, arg = source.recv()
+        except EOFError:
+            conns.remove(source)
+            if source is conn or not conns:
+                return
+            continue
+        try:
+            if method == "init_weight_transfer_engine":
+                result = engine.init_transfer_engine(engine.parse_init_info(arg))
+            elif method == "start_weight_update":
+                result = engine.start_weight_update()
+            elif method == "update_weights":
+                result = engine.update_weights(arg)
+            elif method == "finish_weight_update":
+                result = engine.finish_weight_update()
+            elif method == "reference":  # vLLM's own reload of round `arg`
+                tiny.vllm_reload(ref_config, reference, weights(spec, arg))
+                result = _compare(model, reference)
+            elif method == "compare":
+                result = _compare(model, reference)
+            elif method == "digest":
+                result = _digest(model)
+            elif method == "plan":
+                plan = engine.plan
+                result = None if plan is None else {
+                    "report": plan.report, "processed": list(engine.processed),
+                    "traced": bool(plan.ir),
+                    "kinds": {n: e.kind for n, e in plan.entries.items()},
+                    "reasons": {n: e.reason for n, e in plan.entries.items() if e.reason}}
+            elif method == "shutdown":
+                engine.shutdown()
+                source.send(("ok", None))
+                return
+            else:
+                raise ValueError(f"unknown method {method!r}")
+            source.send(("ok", result))
+        except BaseException as e:
+            source.send(("error", f"{type(e).__name__}: {e}"))
+
+
+class PipeClient:
+    """vLLM's ``VLLMWeightSyncClient`` over pipes to the worker processes:
+    each call fans out to every worker and raises the first error."""
+
+    def __init__(self, conns):
+        self.conns = conns
+
+    def _all(self, method: str, arg: Any = None) -> list:
+        for c in self.conns:
+            c.send((method, arg))
+        results = [c.recv() for c in self.conns]
+        errors = [r for status, r in results if status == "error"]
+        if errors:
+            raise RuntimeError(f"worker failed {method}: {errors[0]}")
+        return [r for _, r in results]
+
+    def init_weight_transfer_engine(self, init_info):
+        self._all("init_weight_transfer_engine", init_info)
+
+    def start_weight_update(self):
+        self._all("start_weight_update")
+
+    def update_weights(self, update_info):
+        self._all("update_weights", update_info)
+
+    def finish_weight_update(self, weight_version=None):
+        self._all("finish_weight_update")
+
+
+def trainer_main(conn, spec: Spec, rank: int, worker_conns) -> None:
+    if os.environ.get("LOADPLAN_HARNESS_STACKS"):
+        import faulthandler
+
+        faulthandler.dump_traceback_later(float(os.environ["LOADPLAN_HARNESS_STACKS"]),
+                                          repeat=True)
+    try:
+        _setup_process(spec)
+        from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+
+        from loadplan.vllm.info import LoadplanTrainerInitInfo
+
+        source = make_source(spec, rank)
+        client = PipeClient(worker_conns)
+        info = LoadplanTrainerInitInfo(
+            rank=rank, master_address="127.0.0.1", master_port=spec.master_port,
+            world_size=spec.trainers + spec.tp, num_trainer_ranks=spec.trainers,
+            engine=spec.engine, atomic=spec.atomic, timeout=spec.timeout,
+            plan_dir=spec.plan_dir)
+        engine = WeightTransferTrainerFactory.trainer_init(info, client=client, source=source)
+        conn.send(("ok", type(engine).__name__))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+        return
+    while True:
+        method, arg = conn.recv()
+        try:
+            if method == "send":
+                want = (arg.get("variant"), arg.get("wrong_dtype"))
+                if want != getattr(engine.source, "want", (None, None)):
+                    engine.source = make_source(spec, rank, want[0])
+                    engine.source.want = want
+                    if want[1]:
+                        _break_source(engine.source, want[1])
+                source = engine.source
+                source.round = arg["round"]
+                if arg.get("die_after_s") is not None:
+                    _die_later(arg["die_after_s"])
+                t0 = time.perf_counter()
+                engine.send_weights()
+                result = time.perf_counter() - t0
+            elif method == "shutdown":
+                engine.shutdown()
+                conn.send(("ok", None))
+                return
+            else:
+                raise ValueError(f"unknown method {method!r}")
+            conn.send(("ok", result))
+        except BaseException as e:
+            conn.send(("error", f"{type(e).__name__}: {e}"))
+
+
+def _die_later(seconds: float) -> None:
+    import threading
+
+    threading.Timer(seconds, lambda: os._exit(9)).start()
+
+
+def _break_source(source, name_suffix: str) -> None:
+    """The source yields one tensor in another dtype than declared."""
+    original = source.iter_local, source.iter_full
+
+    def wrap(it):
+        for name, t in it():
+            yield name, (t.to(torch.float16) if name.endswith(name_suffix) else t)
+
+    source.iter_local = lambda: wrap(original[0])
+    source.iter_full = lambda: wrap(original[1])
+
+
+TRAINER_STARTS = 3
+
+
+class Cluster:
+    """The processes of one scenario. ``update(round)`` runs one update
+    through the trainer; ``workers(method, arg)`` asks every worker."""
+
+    def __init__(self, spec: Spec):
+        spec.master_port = spec.master_port or free_port()
+        spec.vllm_port = spec.vllm_port or free_port()
+        self.spec = spec
+        self._ctx = ctx = mp.get_context("spawn")
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE)] + sys.path)
+        self.worker_conns, self.procs = [], []
+        # Trainer rank 0's lines to the workers: one set per trainer start
+        # (the first, and restarts after a trainer died).
+        self._lines: list[list] = [[] for _ in range(TRAINER_STARTS)]
+        for r in range(spec.tp):
+            parent, child = ctx.Pipe()
+            theirs = []
+            for k in range(TRAINER_STARTS):
+                ours, end = ctx.Pipe()
+                self._lines[k].append(ours)
+                theirs.append(end)
+            p = ctx.Process(target=worker_main, args=(child, theirs, spec, r), daemon=True)
+            p.start()
+            self.worker_conns.append(parent)
+            self.procs.append(p)
+        for c in self.worker_conns:
+            self._expect(c, "worker start")
+        self.trainer_conns = []
+        self._start_trainers()
+
+    def _start_trainers(self) -> None:
+        spec, ctx = self.spec, self._ctx
+        for r in range(spec.trainers):
+            parent, child = ctx.Pipe()
+            peers = self._lines[0] if r == 0 else []
+            p = ctx.Process(target=trainer_main, args=(child, spec, r, peers), daemon=True)
+            p.start()
+            self.trainer_conns.append(parent)
+            self.procs.append(p)
+        self._lines.pop(0)
+        for c in self.trainer_conns:
+            self._expect(c, "trainer start")
+
+    @staticmethod
+    def _expect(conn, what: str, timeout: float = 600.0):
+        if not conn.poll(timeout):
+            raise TimeoutError(f"{what}: no answer in {timeout} s")
+        status, result = conn.recv()
+        if status != "ok":
+            raise RuntimeError(f"{what} failed: {result}")
+        return result
+
+    def update(self, round_: int, **faults) -> list:
+        """Every trainer rank sends round ``round_``; returns each rank's
+        result ("ok", seconds) or ("error", message). ``faults``:
+        ``die_after_s={rank: s}`` kills a trainer rank that long into the
+        update; ``wrong_dtype={rank: suffix}`` makes a rank's source yield
+        a tensor in another dtype; ``variant`` declares a bad checkpoint."""
+        die = faults.get("die_after_s", {})
+        wrong = faults.get("wrong_dtype", {})
+        for r, c in enumerate(self.trainer_conns):
+            c.send(("send", {"round": round_, "die_after_s": die.get(r),
+                             "wrong_dtype": wrong.get(r), "variant": faults.get("variant")}))
+        out = []
+        for r, c in enumerate(self.trainer_conns):
+            if r in die:
+                out.append(("died", None))
+                continue
+            if not c.poll(self.spec.timeout * 2):
+                out.append(("error", "no answer"))
+                continue
+            out.append(c.recv())
+        return out
+
+    def workers(self, method: str, arg: Any = None) -> list:
+        # Only between updates: the relay threads use the same pipes then.
+        for c in self.worker_conns:
+            c.send((method, arg))
+        return [self._expect_result(c, method) for c in self.worker_conns]
+
+    def _expect_result(self, conn, what):
+        return self._expect(conn, what)
+
+    def restart_trainers(self) -> None:
+        """New trainer processes (after one died), with a fresh trainer_init."""
+        for c in self.trainer_conns:
+            with contextlib.suppress(Exception):
+                c.send(("shutdown", None))
+        self.trainer_conns = []
+        self.spec.master_port = free_port()
+        self._start_trainers()
+
+    def close(self) -> None:
+        for c in self.trainer_conns + self.worker_conns:
+            with contextlib.suppress(Exception):
+                c.send(("shutdown", None))
+        for p in self.procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+
+
+@functools.cache
+def saved_model(family: str, root: str, **sizes) -> str:
+    from loadplan.vllm import tiny
+
+    path = Path(root) / family
+    if not (path / "config.json").exists():
+        tiny.save(family, path, **sizes)
+    return str(path)
