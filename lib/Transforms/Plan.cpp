@@ -4,22 +4,23 @@
 #include "loadplan/Dialect/LoadPlan/IR/Geometry.h"
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanOps.h"
 #include "loadplan/format/ByteIO.h"
+#include "loadplan/format/Report.h"
 
 #include "mlir/AsmParser/AsmParser.h"
 
 #include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/MapVector.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
-#include "llvm/Support/MathExtras.h"
 
 #include <chrono>
-#include <limits>
 
 using namespace mlir;
 using namespace mlir::loadplan;
 using ::loadplan_format::hex64;
+using ::loadplan_format::addSaturated;
 using ::loadplan_format::layoutFingerprint;
+using ::loadplan_format::neededBytes;
+using ::loadplan_format::planReport;
 
 DtypeCodes::DtypeCodes(MLIRContext *context) {
 #define LOADPLAN_DTYPE_CODE_(e, code, name, bytes, mlir)                       \
@@ -43,29 +44,6 @@ StringRef loadplan::getKindName(loadplan_entry_kind_t kind) {
     return "unneeded";
   }
   return "unknown";
-}
-
-/// `a + b`, or INT64_MAX where that overflows: a plan may declare more bytes
-/// than int64_t counts, and its stats saturate rather than wrap.
-static int64_t addSaturated(int64_t a, int64_t b) {
-  int64_t sum;
-  return llvm::AddOverflow(a, b, sum) ? std::numeric_limits<int64_t>::max()
-                                      : sum;
-}
-
-/// Bytes the engine moves for entry `e` on this rank (INT64_MAX if more).
-static int64_t neededBytes(const PlanEntry &e) {
-  int64_t elements = 0;
-  for (const PlanBox &b : e.boxes) {
-    int64_t n = 1; // fits: a box lies in its checkpoint tensor
-    for (auto [start, stop] : llvm::zip(b.starts, b.stops))
-      n *= stop - start;
-    elements = addSaturated(elements, n);
-  }
-  int64_t itemSize = loadplan_dtype_size(e.dtype), bytes;
-  if (llvm::MulOverflow(elements, itemSize, bytes))
-    return std::numeric_limits<int64_t>::max();
-  return bytes;
 }
 
 FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
@@ -252,29 +230,10 @@ void loadplan::printPlanJson(const Plan &plan, raw_ostream &os) {
 
 void loadplan::printPlanReport(const Plan &plan, raw_ostream &os,
                                double seconds) {
-  int64_t counts[3] = {0, 0, 0}, bytes[3] = {0, 0, 0};
-  llvm::MapVector<StringRef, SmallVector<StringRef>> byReason;
-  for (const PlanEntry &e : plan.entries) {
-    counts[e.kind] += 1;
-    bytes[e.kind] = addSaturated(bytes[e.kind], neededBytes(e));
-    if (e.reason)
-      byReason[*e.reason].push_back(e.name);
-  }
-  for (auto &[reason, names] : byReason) {
-    os << "load plan: " << names.size() << " fallback names, e.g. [";
-    for (size_t i = 0; i < std::min<size_t>(3, names.size()); ++i)
-      os << (i ? ", '" : "'") << names[i] << "'";
-    os << "]: " << reason << "\n";
-  }
-  auto mib = [](int64_t b) { return llvm::format("%.1f", b / 1048576.0); };
-  os << "load plan: " << plan.entries.size() << " names: "
-     << counts[LOADPLAN_KIND_DIRECT] << " direct ("
-     << mib(bytes[LOADPLAN_KIND_DIRECT]) << " MiB), "
-     << counts[LOADPLAN_KIND_FALLBACK] << " fallback ("
-     << mib(bytes[LOADPLAN_KIND_FALLBACK]) << " MiB), "
-     << counts[LOADPLAN_KIND_UNNEEDED]
-     << " not needed on this rank; compiled in "
-     << llvm::format("%.3f", seconds) << " s\n";
+  std::string how;
+  llvm::raw_string_ostream(how) << "compiled in " << llvm::format("%.3f", seconds)
+                                << " s";
+  os << planReport(plan, how);
 }
 
 static std::chrono::steady_clock::time_point &compileStart() {

@@ -352,7 +352,7 @@ class LoadPlan:
         _match_targets(native, targets)
         native.check_layout([_runtime.layout(t.real) for t in targets])
         plan = cls(native, Path(path).read_bytes(), targets, model,
-                   report=report(native, f"loaded from {os.fspath(path)}"))
+                   report=native.report(f"loaded from {os.fspath(path)}"))
         log_report(plan)
         plan.bind(num_threads=num_threads)
         return plan
@@ -471,27 +471,6 @@ def plan_json(native: _runtime.Plan) -> dict:
             "writes": summary["writes"], "targets": summary["targets"],
         },
     }
-
-
-def report(native: _runtime.Plan, how: str) -> str:
-    """The compiler's report of a plan it did not just compile."""
-    lines = []
-    by_reason: dict[str, list[str]] = {}
-    for i in range(native.summary()["names"]):
-        e = native.entry(i)
-        if e["reason"]:
-            by_reason.setdefault(e["reason"], []).append(e["name"])
-    for reason, names in by_reason.items():
-        lines.append(f"load plan: {len(names)} fallback names, e.g. {names[:3]}: {reason}")
-    st = native.summary()
-    mib = 1 << 20
-    lines.append(
-        f"load plan: {st['names']} names: {st['direct']} direct "
-        f"({st['direct_bytes'] / mib:.1f} MiB), {st['fallback']} fallback "
-        f"({st['fallback_bytes'] / mib:.1f} MiB), {st['unneeded']} not needed on this "
-        f"rank; {how}"
-    )
-    return "\n".join(lines) + "\n"
 
 
 def log_report(plan: LoadPlan) -> None:

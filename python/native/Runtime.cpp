@@ -12,6 +12,7 @@
 
 #include "Runtime.h"
 
+#include "loadplan/format/Report.h"
 #include "loadplan/runtime.h"
 
 #include <nanobind/stl/string.h>
@@ -169,6 +170,31 @@ struct PlanMethods {
       out.append(nb::str(e.name, e.name_size));
     }
     return out;
+  }
+
+  /// The compiler's report of this plan, ending with `how`.
+  static std::string report(const Plan &p, const std::string &how) {
+    loadplan_plan_summary_t s;
+    check(loadplan_plan_summary(p.plan, &s));
+    loadplan_format::Plan plan;
+    plan.entries.resize(s.num_entries);
+    for (uint32_t i = 0; i < s.num_entries; ++i) {
+      loadplan_entry_info_t e;
+      check(loadplan_plan_entry(p.plan, i, &e));
+      loadplan_format::PlanEntry &out = plan.entries[i];
+      out.name.assign(e.name, e.name_size);
+      out.kind = static_cast<uint8_t>(e.kind);
+      out.dtype = e.dtype;
+      if (e.reason)
+        out.reason.emplace(e.reason, e.reason_size);
+      out.boxes.resize(e.num_boxes);
+      for (uint32_t b = 0; b < e.num_boxes; ++b)
+        for (uint32_t k = 0; k < e.rank; ++k) {
+          out.boxes[b].starts.push_back(e.boxes[2 * (b * e.rank + k)]);
+          out.boxes[b].stops.push_back(e.boxes[2 * (b * e.rank + k) + 1]);
+        }
+    }
+    return loadplan_format::planReport(plan, how);
   }
 
   /// The targets some write goes to, in plan order.
@@ -410,6 +436,9 @@ void loadplan_python::defineRuntime(nb::module_ &m) {
            "writes.")
       .def("find_entry", &PlanMethods::findEntry, nb::arg("name"))
       .def("names", &PlanMethods::names, "Every checkpoint name, in order.")
+      .def("report", &PlanMethods::report, nb::arg("how"),
+           "The compiler's report of the plan, its last line ending with "
+           "`how`.")
       .def("written_targets", &PlanMethods::writtenTargets,
            "Indices of the targets some write goes to, in order.")
       .def(

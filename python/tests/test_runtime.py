@@ -268,6 +268,10 @@ def test_save_load_round_trip(example, tmp_path):
     assert loaded.fingerprint == plan.fingerprint and loaded.plan_bytes == plan.plan_bytes
     assert loaded.entries == plan.entries
     assert "loaded from" in loaded.report and loaded.binding is not None
+    # The compiler's report, either way: the same lines but for how.
+    compiled, read = plan.report.splitlines(), loaded.report.splitlines()
+    assert compiled[:-1] == read[:-1]
+    assert compiled[-1].split("; compiled in")[0] == read[-1].split("; loaded from")[0]
     for name in plan.entries:
         assert loaded.get_boxes(name) == plan.get_boxes(name)
         a, b = plan.get_dest(name), loaded.get_dest(name)
