@@ -6,13 +6,12 @@ A ``LoadPlan`` is the binary plan file, held by the runtime
 are decoded from the runtime's plan when they are first asked for, so a
 plan of tens of thousands of names costs nothing in Python until it is read;
 ``plan_loads`` (planning.py) and ``LoadPlan.load`` build it the same way,
-from the plan's bytes. ``LoadPlan.json`` is the plan in the compiler's JSON
-form, for people and tests, made on first use.
+from the plan's bytes. ``LoadPlan.json`` is the compiler's JSON of the plan,
+for people and tests, made on first use.
 """
 
 from __future__ import annotations
 
-import json as _json
 import logging
 import os
 import weakref
@@ -271,7 +270,7 @@ class LoadPlan:
     def json(self) -> str:
         """The plan as JSON (see docs/python.md), made on first use."""
         if self._json is None:
-            self._json = _json.dumps(plan_json(self.native), indent=2)
+            self._json = self.native.json()
         return self._json
 
     def get_boxes(self, name: str) -> tuple[Box, ...] | None:
@@ -434,43 +433,6 @@ def _match_targets(native: _runtime.Plan, targets: list[Target]) -> None:
             f"the plan has {len(planned)} targets but the model {len(live)}: "
             f"{where} {extra!r}"
         )
-
-
-def plan_json(native: _runtime.Plan) -> dict:
-    """The plan the runtime holds, in the compiler's JSON form."""
-    summary = native.summary()
-
-    def dtype_name(code: int) -> str:
-        return str(_runtime.dtype_of(code)).removeprefix("torch.")
-
-    targets = []
-    for i in range(summary["targets"]):
-        t = native.target(i)
-        targets.append({**t, "dtype": dtype_name(t["dtype"])})
-    entries = {}
-    for i in range(summary["names"]):
-        e = native.entry(i)
-        entries[e.pop("name")] = {
-            "kind": e["kind"], "dtype": dtype_name(e["dtype"]), "shape": e["shape"],
-            "reason": e["reason"],
-            "boxes": [[list(d) for d in b] for b in e["boxes"]],
-            "writes": [
-                {**w, "box": [list(d) for d in w["box"]]} for w in e["writes"]
-            ],
-        }
-    return {
-        "version": 1,
-        "fingerprint": f"{summary['fingerprint']:016x}",
-        "targets": targets,
-        "entries": entries,
-        "stats": {
-            "names": summary["names"], "direct": summary["direct"],
-            "fallback": summary["fallback"], "unneeded": summary["unneeded"],
-            "direct_bytes": summary["direct_bytes"],
-            "fallback_bytes": summary["fallback_bytes"],
-            "writes": summary["writes"], "targets": summary["targets"],
-        },
-    }
 
 
 def log_report(plan: LoadPlan) -> None:

@@ -44,15 +44,17 @@ def _dump_paths(dump: str | os.PathLike) -> dict[str, Path]:
     }
 
 
-def compile_ir(ir: str, source_name: str = "<captured>", print_ir: bool = False) -> dict:
-    """Compiles captured IR in process; the dict has 'json', 'plan' (bytes),
-    'report', 'ir' (when ``print_ir``) and 'remarks'.
+def compile_ir(ir: str, source_name: str = "<captured>", print_ir: bool = False,
+               print_json: bool = True) -> dict:
+    """Compiles captured IR in process; the dict has 'json' (when
+    ``print_json``), 'plan' (bytes), 'report', 'ir' (when ``print_ir``) and
+    'remarks'.
 
     Raises:
         PlanError: the IR does not compile; the message is the compiler's.
     """
     try:
-        return _native.compile(ir, source_name, print_ir)
+        return _native.compile(ir, source_name, print_ir, print_json)
     except _native.CompileError as e:
         raise PlanError(f"load plan: {e}", list(getattr(e, "diagnostics", []))) from None
 
@@ -94,7 +96,7 @@ def plan_loads(
         paths["captured"].write_text(captured.ir)
         logger.info("load plan: captured IR in %s", paths["captured"])
     source = str(paths["captured"]) if paths else "<captured>"
-    out = compile_ir(captured.ir, source, print_ir=bool(paths))
+    out = compile_ir(captured.ir, source, print_ir=bool(paths), print_json=bool(paths))
     if paths:
         paths["compiled"].write_text(out["ir"])
         paths["json"].write_text(out["json"])

@@ -52,7 +52,7 @@ static std::string formatDiagnostic(Diagnostic &diag) {
 
 loadplan_python::CompileResult
 loadplan_python::compile(const std::string &ir, const std::string &sourceName,
-                         bool printIR) {
+                         bool printIR, bool printJson) {
   CompileResult result;
   DialectRegistry registry;
   registry.insert<loadplan::LoadPlanDialect>();
@@ -100,10 +100,8 @@ loadplan_python::compile(const std::string &ir, const std::string &sourceName,
       result.errors.push_back("cannot read the plan off the compiled IR");
     return result;
   }
-  {
-    llvm::raw_string_ostream os(result.json);
-    loadplan::printPlanJson(*plan, os);
-  }
+  if (printJson)
+    result.json = planJson(*plan);
   result.plan = loadplan::serializePlan(*plan);
   {
     llvm::raw_string_ostream os(result.report);
@@ -116,4 +114,11 @@ loadplan_python::compile(const std::string &ir, const std::string &sourceName,
   }
   result.ok = result.errors.empty();
   return result;
+}
+
+std::string loadplan_python::planJson(const loadplan_format::Plan &plan) {
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  loadplan::printPlanJson(plan, os);
+  return out;
 }

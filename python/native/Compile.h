@@ -9,6 +9,8 @@
 #ifndef LOADPLAN_PYTHON_COMPILE_H
 #define LOADPLAN_PYTHON_COMPILE_H
 
+#include "loadplan/format/PlanFile.h"
+
 #include <string>
 #include <vector>
 
@@ -22,16 +24,20 @@ struct CompileResult {
   std::vector<std::string> errors;
   /// Remarks and warnings (fallback findings, uncovered target bytes).
   std::vector<std::string> remarks;
-  /// The plan as JSON, the binary plan file and the report.
+  /// The plan as JSON (when asked for), the binary plan file and the report.
   std::string json, plan, report;
   /// The compiled module, when asked for.
   std::string compiledIR;
 };
 
 /// Compiles captured loadplan IR. `sourceName` names the buffer in
-/// diagnostics.
+/// diagnostics; `printIR` and `printJson` ask for the compiled module and
+/// the JSON plan.
 CompileResult compile(const std::string &ir, const std::string &sourceName,
-                      bool printIR);
+                      bool printIR, bool printJson);
+
+/// The compiler's JSON of a plan (what --loadplan-emit-plan-json writes).
+std::string planJson(const loadplan_format::Plan &plan);
 
 } // namespace loadplan_python
 

@@ -30,11 +30,12 @@ NB_MODULE(_native, m) {
 
   m.def(
       "compile",
-      [](const std::string &ir, const std::string &sourceName, bool printIR) {
+      [](const std::string &ir, const std::string &sourceName, bool printIR,
+         bool printJson) {
         loadplan_python::CompileResult r;
         {
           nb::gil_scoped_release release;
-          r = loadplan_python::compile(ir, sourceName, printIR);
+          r = loadplan_python::compile(ir, sourceName, printIR, printJson);
         }
         if (!r.ok) {
           std::string message;
@@ -55,10 +56,11 @@ NB_MODULE(_native, m) {
         return out;
       },
       nb::arg("ir"), nb::arg("source_name") = "<captured>",
-      nb::arg("print_ir") = true,
+      nb::arg("print_ir") = true, nb::arg("print_json") = true,
       "Compiles captured loadplan IR; returns a dict with 'json' (the plan "
-      "as JSON), 'plan' (the binary plan file), 'report', 'ir' (the compiled "
-      "module) and 'remarks'. Raises CompileError with the diagnostics.");
+      "as JSON, '' unless print_json), 'plan' (the binary plan file), "
+      "'report', 'ir' (the compiled module, '' unless print_ir) and "
+      "'remarks'. Raises CompileError with the diagnostics.");
 
   loadplan_python::defineRuntime(m);
   loadplan_python::defineTransfer(m);

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Runtime.h"
+#include "Compile.h"
 
 #include "loadplan/format/Report.h"
 #include "loadplan/runtime.h"
@@ -172,11 +173,27 @@ struct PlanMethods {
     return out;
   }
 
-  /// The compiler's report of this plan, ending with `how`.
-  static std::string report(const Plan &p, const std::string &how) {
+  /// The plan as plain data, as the compiler had it before encoding.
+  static loadplan_format::Plan toFormat(const Plan &p) {
     loadplan_plan_summary_t s;
     check(loadplan_plan_summary(p.plan, &s));
     loadplan_format::Plan plan;
+    plan.storageSizes.resize(s.num_storages);
+    for (uint32_t i = 0; i < s.num_storages; ++i)
+      check(loadplan_plan_storage(p.plan, i, &plan.storageSizes[i]));
+    plan.targets.resize(s.num_targets);
+    for (uint32_t i = 0; i < s.num_targets; ++i) {
+      loadplan_target_info_t t;
+      check(loadplan_plan_target(p.plan, i, &t));
+      loadplan_format::PlanTarget &out = plan.targets[i];
+      out.module.assign(t.module, t.module_size);
+      out.tensor.assign(t.tensor, t.tensor_size);
+      out.storage = t.storage;
+      out.byteOffset = t.byte_offset;
+      out.dtype = t.dtype;
+      out.shape = ints(t.shape, t.rank);
+      out.stride = ints(t.stride, t.rank);
+    }
     plan.entries.resize(s.num_entries);
     for (uint32_t i = 0; i < s.num_entries; ++i) {
       loadplan_entry_info_t e;
@@ -185,6 +202,7 @@ struct PlanMethods {
       out.name.assign(e.name, e.name_size);
       out.kind = static_cast<uint8_t>(e.kind);
       out.dtype = e.dtype;
+      out.shape = ints(e.shape, e.rank);
       if (e.reason)
         out.reason.emplace(e.reason, e.reason_size);
       out.boxes.resize(e.num_boxes);
@@ -193,9 +211,24 @@ struct PlanMethods {
           out.boxes[b].starts.push_back(e.boxes[2 * (b * e.rank + k)]);
           out.boxes[b].stops.push_back(e.boxes[2 * (b * e.rank + k) + 1]);
         }
+      out.writes.resize(e.num_writes);
+      for (uint32_t w = 0; w < e.num_writes; ++w) {
+        loadplan_write_info_t wi;
+        check(loadplan_plan_write(p.plan, i, w, &wi));
+        out.writes[w] = {wi.target, wi.box, wi.offset, ints(wi.shape, wi.rank),
+                         ints(wi.stride, wi.rank)};
+      }
     }
-    return loadplan_format::planReport(plan, how);
+    return plan;
   }
+
+  /// The compiler's report of this plan, ending with `how`.
+  static std::string report(const Plan &p, const std::string &how) {
+    return loadplan_format::planReport(toFormat(p), how);
+  }
+
+  /// The compiler's JSON of this plan.
+  static std::string json(const Plan &p) { return planJson(toFormat(p)); }
 
   /// The targets some write goes to, in plan order.
   static std::vector<uint32_t> writtenTargets(const Plan &p) {
@@ -436,6 +469,8 @@ void loadplan_python::defineRuntime(nb::module_ &m) {
            "writes.")
       .def("find_entry", &PlanMethods::findEntry, nb::arg("name"))
       .def("names", &PlanMethods::names, "Every checkpoint name, in order.")
+      .def("json", &PlanMethods::json,
+           "The plan as the compiler's JSON (--loadplan-emit-plan-json).")
       .def("report", &PlanMethods::report, nb::arg("how"),
            "The compiler's report of the plan, its last line ending with "
            "`how`.")

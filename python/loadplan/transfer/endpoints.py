@@ -119,6 +119,7 @@ class Endpoint:
             except (TransferError, ValueError) as e:
                 payload = b"E" + str(e).encode()
         payload = self._rv.broadcast(payload, "schedule")
+        self._rv.settle()
         if payload[:1] == b"E":
             raise transfer_error(f"{payload[1:].decode()} (from rank 0)", "invalid_argument")
         return Schedule.from_bytes(payload[1:])
@@ -192,6 +193,7 @@ def refuse(message: str, *, rank: int, world_size: int, group: Any = None, store
         errors = [d for d in map(json.loads, gathered) if d["role"] == "error"]
         payload = b"E" + errors[0]["message"].encode()
     rv.broadcast(payload, "schedule")
+    rv.settle()
 
 
 class Sender(Endpoint):

@@ -120,6 +120,15 @@ class Rendezvous:
         self.store.wait(keys, self.timeout)
         return [self.store.get(k) for k in keys]
 
+    def settle(self) -> None:
+        """Every rank has what rank 0 handed out: rank 0, whose store the
+        others may be reading (it serves a TCPStore it made), waits for all
+        before it goes on, or away."""
+        key = f"{self.prefix}/settled"
+        self.store.set(f"{key}/{self.rank}", b"1")
+        if self.rank == 0:
+            self.store.wait([f"{key}/{r}" for r in range(self.world_size)], self.timeout)
+
     def broadcast(self, payload: bytes | None, what: str) -> bytes:
         """Rank 0's payload, on every rank."""
         if self.group is not None:
