@@ -24,7 +24,7 @@
 using namespace mlir::loadplan::torch_export;
 
 /// The major version of the export schema that
-/// generated_serialization_types.h describes (torch 2.15:
+/// generated_serialization_types.h describes (torch 2.14:
 /// torch/_export/serde/schema.py, SCHEMA_VERSION = (8, 20)). Minor versions
 /// only add fields, which the generated readers default.
 static constexpr int64_t kSchemaMajor = 8;
@@ -112,7 +112,7 @@ schema::ExportedProgram Archive::readProgram(const std::string &record) {
   if (major != kSchemaMajor)
     fail("unsupported export schema version " + std::to_string(major) + "." +
          std::to_string(minor) + " (this loadplan-translate reads version " +
-         std::to_string(kSchemaMajor) + ".x, torch 2.15's)");
+         std::to_string(kSchemaMajor) + ".x, torch 2.14's)");
   const nlohmann::json *graph = nullptr;
   if (json.contains("graph_module") && json["graph_module"].is_object() &&
       json["graph_module"].contains("graph"))

@@ -6,7 +6,8 @@
 
 See docs/python.md. The modules: plan.py (the data model), planning.py
 (``plan_loads``), apply.py (``load_planned``), checks.py, capture/,
-transfer/, verification.py, export.py (torch.export), cli.py.
+transfer/, verification.py, export.py (torch.export), cli.py, vllm/ (the
+vLLM weight-transfer backend, docs/vllm.md).
 """
 
 from .apply import load_planned

@@ -156,7 +156,7 @@ def export_loader(
 
     ``functionalize`` (the default) turns the loader's in-place writes into
     mutation outputs (``run_decompositions({})``, which decomposes nothing).
-    torch 2.15 cannot functionalize a program whose parameters alias one
+    torch 2.14 cannot functionalize a program whose parameters alias one
     another (tied embeddings: ``lm_head`` is ``embed_tokens``); such a
     program, or any with ``functionalize=False``, is saved as torch.export
     traced it, with the writes in place (``copy_`` into views of the
