@@ -234,6 +234,11 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
             elif method == "reference":  # vLLM's own reload of round `arg`
                 tiny.vllm_reload(ref_config, reference, weights(spec, arg))
                 result = _compare(model, reference)
+            elif method == "time_reference":  # vLLM's own reload, timed
+                ws = weights(spec, arg)
+                t0 = time.perf_counter()
+                tiny.vllm_reload(ref_config, reference, ws)
+                result = time.perf_counter() - t0
             elif method == "compare":
                 result = _compare(model, reference)
             elif method == "digest":
