@@ -40,10 +40,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .ops import CONSTANT_WRITES, METADATA_OPS
+from .ops import CONSTANT_WRITES, METADATA_OPS, leaves
 from .targets import Target, Targets, storage_key
 from .trace import ELEMENT_SIZE_REASON, Sink, Stopped, TraceTensor, TraceUsedAfterPlanning
 
@@ -71,10 +70,19 @@ class _TargetGuard(TorchDispatchMode):
         super().__init__()
         self.sink = sink
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # No torch.compile runs under a capture: keep __torch_dispatch__ a
+        # plain method (torch wraps it in a dynamo guard per call otherwise).
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if any(isinstance(a, TraceTensor) for a in pytree.tree_leaves((args, kwargs))):
-            return func(*args, **kwargs)  # the trace's own handler
+        traces = [a for a in leaves(args, kwargs) if isinstance(a, TraceTensor)]
+        if traces:
+            # What the traces' own __torch_dispatch__ would do, without
+            # dispatching again to get there.
+            return self.sink.dispatch(func, args, kwargs, traces)
         packet = func.overloadpacket
         if func.is_view or packet in METADATA_OPS:
             return func(*args, **kwargs)

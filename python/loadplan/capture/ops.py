@@ -67,3 +67,25 @@ def written_args(func: Any, args: tuple, kwargs: dict) -> list[tuple[int, Any]]:
         if value is not None:
             out.append((i, value))
     return out
+
+
+def leaves(args: tuple, kwargs: dict) -> list:
+    """The values of an aten call's arguments: aten arguments are tensors,
+    scalars and lists of them, so one level of list or tuple is all there
+    is (no pytree walk)."""
+    out = []
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, (list, tuple)):
+            out.extend(value)
+        else:
+            out.append(value)
+    return out
+
+
+def map_args(fn: Any, args: tuple) -> tuple:
+    """``args`` with ``fn`` applied to every value, lists and tuples one
+    level down."""
+    return tuple(
+        type(a)(fn(v) for v in a) if isinstance(a, (list, tuple)) else fn(a) for a in args
+    )
+

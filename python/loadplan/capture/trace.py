@@ -11,12 +11,16 @@ import torch
 import torch.utils._pytree as pytree
 
 from .. import _ir
+from torch.utils._python_dispatch import _disable_current_modes as no_dispatch
+
 from .ops import (
     CONSTANT_WRITES,
     METADATA_QUERIES,
     META,
     VALUE_READS,
     aten,
+    leaves,
+    map_args,
     op_name,
     written_args,
 )
@@ -91,9 +95,7 @@ class TraceTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        traces = [
-            a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TraceTensor)
-        ]
+        traces = [a for a in leaves(args, kwargs) if isinstance(a, TraceTensor)]
         return traces[0]._sink.dispatch(func, args, kwargs, traces)
 
     # Reads that do not go through an op the dispatcher sees.
@@ -179,7 +181,8 @@ class Sink:
                 self.pending.clear()
             self.records[name] = record
             self.current = record
-            incoming = torch.empty(shape, dtype=dtype, device=META)
+            with no_dispatch():  # the capture's own tensor, not the loader's op
+                incoming = torch.empty(shape, dtype=dtype, device=META)
             yield name, TraceTensor(self, record, "%w", incoming)
 
     def _check_open(self, trace: TraceTensor) -> None:
@@ -234,7 +237,7 @@ class Sink:
                 return self._copy(args[0], args[1], func, args, kwargs)
             return self.apply(func, args, kwargs, traces)
         if packet in METADATA_QUERIES:
-            return func(*pytree.tree_map(to_meta, args), **kwargs)
+            return func(*map_args(to_meta, args), **kwargs)
         src = args[0] if args else None
         only_src = isinstance(src, TraceTensor) and len(traces) == 1
         if only_src:
@@ -254,7 +257,10 @@ class Sink:
         return self.apply(func, args, kwargs, traces)
 
     def run_meta(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        return func(*pytree.tree_map(to_meta, args), **pytree.tree_map(to_meta, kwargs))
+        """``func`` on meta copies of its arguments (nothing real is
+        written). Called from a dispatch handler, where torch has the
+        capture's mode out of the way already."""
+        return func(*map_args(to_meta, args), **{k: to_meta(v) for k, v in kwargs.items()})
 
     def _new(self, record: Record, value: str, meta: torch.Tensor) -> TraceTensor:
         return TraceTensor(self, record, value, meta)
