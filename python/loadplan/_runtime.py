@@ -48,6 +48,7 @@ for _code in range(1, _native.DTYPE_COUNT):
     if isinstance(_dtype, torch.dtype):
         DTYPE_CODES[_dtype] = _code
 DTYPES: dict[int, torch.dtype] = {c: d for d, c in DTYPE_CODES.items()}
+_native.set_torch_types(torch.Tensor, torch.strided, DTYPE_CODES)
 
 
 def dtype_code(dtype: torch.dtype) -> int:
@@ -163,6 +164,22 @@ class Binding:
         elif t.device != self.device and not (t.device.type == "cpu" and t.is_pinned()):
             t = t.to(self.device)
         return t.contiguous()
+
+    def check_update(self, batch: list) -> list | None:
+        """The fast path of an update: checks every (name, tensor) pair of
+        ``batch`` in one native call and holds the direct ones for
+        ``apply_checked``; returns the fallback pairs in order, or None when
+        something is off or needs torch first (then check in Python, which
+        says what). Writes nothing."""
+        return self._native.check_update(batch)
+
+    def apply_checked(self) -> None:
+        """Applies what ``check_update`` held, in one runtime call.
+
+        Raises:
+            InvalidUpdate: the runtime refused the batch; nothing was written.
+        """
+        self._native.apply_checked(self._stream())
 
     def apply_tensors(self, tensors: Sequence[tuple[str, torch.Tensor]]) -> None:
         """Copies full checkpoint tensors into their destinations, in one

@@ -40,6 +40,18 @@ def load_planned(
             made for.
     """
     batch = list(weights)
+    state = plan.runtime
+    if state.binding is not None:
+        # One native call checks the whole batch; Python does nothing per
+        # name unless something is off (then the checks below say what).
+        fallbacks = state.binding.check_update(batch)
+        if fallbacks is not None:
+            checks.check_layout(model, plan)
+            with torch.no_grad():
+                state.binding.apply_checked()
+                if fallbacks:
+                    model.load_weights(fallbacks)
+            return
     checks.check_batch(plan, batch)
     checks.check_layout(model, plan)
 
@@ -50,7 +62,6 @@ def load_planned(
             fallbacks.append((name, full))
         elif kind == "direct":
             direct.append((name, full))
-    state = plan.runtime
     if state.binding is None and state.unusable is None:
         plan.bind()
     with torch.no_grad():

@@ -22,6 +22,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -252,11 +254,33 @@ struct PlanMethods {
   }
 };
 
+/// The torch objects the fast update path compares with (set once, by
+/// loadplan._runtime at import): the tensor type, torch.strided, and each
+/// torch.dtype's plan code. torch's dtypes and layouts are singletons.
+struct TorchTypes {
+  nb::object tensorType, strided;
+  std::unordered_map<PyObject *, uint32_t> dtypeCodes;
+};
+
+TorchTypes &torchTypes() {
+  static TorchTypes t;
+  return t;
+}
+
+/// An attribute name, interned once.
+PyObject *attrName(const char *name) {
+  PyObject *s = PyUnicode_InternFromString(name);
+  if (!s)
+    throw nb::python_error();
+  return s;
+}
+
 /// A plan bound to live memory.
 class Binding {
 public:
   Binding(Plan &plan, const std::vector<LayoutTuple> &layouts,
-          uint32_t deviceType, int32_t deviceIndex, uint32_t numThreads) {
+          uint32_t deviceType, int32_t deviceIndex, uint32_t numThreads)
+      : plan(&plan), deviceType(deviceType), deviceIndex(deviceIndex) {
     std::vector<loadplan_target_layout_t> l = toLayouts(layouts);
     loadplan_bind_options_t options;
     loadplan_bind_options_init(&options);
@@ -293,6 +317,162 @@ public:
     uint32_t n = 0;
     check(loadplan_binding_num_threads(get(), &n));
     return n;
+  }
+
+  /// The fast path of an update of full tensors: checks a list of (name,
+  /// torch.Tensor) pairs against the plan (names of it, each once, the
+  /// declared dtype and shape, dense, direct ones on the binding's device)
+  /// and holds the direct ones for applyChecked. Returns the fallback pairs
+  /// in order, or None when anything is off or needs torch first (another
+  /// device, pageable memory for CUDA): the caller then checks in Python,
+  /// which says what is wrong. Writes nothing.
+  nb::object checkUpdate(nb::handle batch) {
+    get();
+    buildEntries();
+    pending.clear();
+    keep.clear();
+    dims.clear();
+    ++generation;
+    static PyObject *sDtype = attrName("dtype"), *sShape = attrName("shape"),
+                    *sIsMeta = attrName("is_meta"), *sLayout = attrName("layout"),
+                    *sIsCpu = attrName("is_cpu"), *sIsCuda = attrName("is_cuda"),
+                    *sGetDevice = attrName("get_device"),
+                    *sIsContiguous = attrName("is_contiguous"),
+                    *sContiguous = attrName("contiguous"), *sDataPtr = attrName("data_ptr");
+    const TorchTypes &torch = torchTypes();
+    if (!torch.tensorType.is_valid() || !PyList_Check(batch.ptr()))
+      return nb::none();
+    auto attr = [](PyObject *o, PyObject *name) { return nb::steal(PyObject_GetAttr(o, name)); };
+    auto call = [](PyObject *o, PyObject *name) {
+      return nb::steal(PyObject_CallMethodNoArgs(o, name));
+    };
+    // torch.Tensor's own methods, called on each tensor without a lookup.
+    static nb::object isContiguousOf = nb::steal(PyObject_GetAttr(torch.tensorType.ptr(), sIsContiguous)),
+                      dataPtrOf = nb::steal(PyObject_GetAttr(torch.tensorType.ptr(), sDataPtr));
+    auto callOn = [](const nb::object &method, PyObject *self) {
+      PyObject *args[] = {self};
+      return nb::steal(PyObject_Vectorcall(method.ptr(), args, 1, nullptr));
+    };
+    nb::list fallbacks;
+    std::vector<size_t> at;
+    Py_ssize_t n = PyList_GET_SIZE(batch.ptr());
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject *item = PyList_GET_ITEM(batch.ptr(), i);
+      if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2)
+        return nb::none();
+      PyObject *name = PyTuple_GET_ITEM(item, 0), *t = PyTuple_GET_ITEM(item, 1);
+      if (!PyUnicode_Check(name) || !PyObject_TypeCheck(t, (PyTypeObject *)torch.tensorType.ptr()))
+        return nb::none();
+      Py_ssize_t size = 0;
+      const char *utf8 = PyUnicode_AsUTF8AndSize(name, &size);
+      if (!utf8) {
+        PyErr_Clear();
+        return nb::none();
+      }
+      auto found = byName.find(std::string_view(utf8, size));
+      if (found == byName.end())
+        return nb::none();
+      uint32_t index = found->second;
+      if (seen[index] == generation)
+        return nb::none(); // sent twice
+      seen[index] = generation;
+      const EntryInfo &e = entries[index];
+      nb::object dtype = attr(t, sDtype), shape = attr(t, sShape), layout = attr(t, sLayout);
+      if (!dtype.is_valid() || !shape.is_valid() || !layout.is_valid()) {
+        PyErr_Clear();
+        return nb::none();
+      }
+      auto code = torch.dtypeCodes.find(dtype.ptr());
+      if (code == torch.dtypeCodes.end() || code->second != e.dtype ||
+          layout.ptr() != torch.strided.ptr() || !PyTuple_Check(shape.ptr()) ||
+          PyTuple_GET_SIZE(shape.ptr()) != static_cast<Py_ssize_t>(e.shape.size()))
+        return nb::none();
+      for (size_t k = 0; k < e.shape.size(); ++k) {
+        long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), k));
+        if (d != e.shape[k]) {
+          PyErr_Clear();
+          return nb::none();
+        }
+      }
+      if (e.kind == LOADPLAN_KIND_FALLBACK) {
+        // A meta tensor holds no bytes for load_weights. (A direct one
+        // fails the device check below.)
+        nb::object isMeta = attr(t, sIsMeta);
+        if (!isMeta.is_valid() || isMeta.ptr() != Py_False) {
+          PyErr_Clear();
+          return nb::none();
+        }
+        fallbacks.append(nb::handle(item));
+        continue;
+      }
+      if (e.kind != LOADPLAN_KIND_DIRECT)
+        continue; // unneeded: this rank needs none of it
+      nb::object here = deviceType == LOADPLAN_DEVICE_CPU ? attr(t, sIsCpu) : attr(t, sIsCuda);
+      if (!here.is_valid() || here.ptr() != Py_True) {
+        PyErr_Clear();
+        return nb::none(); // torch moves it first (the Python path)
+      }
+      if (deviceType != LOADPLAN_DEVICE_CPU) {
+        nb::object device = call(t, sGetDevice);
+        if (!device.is_valid() || PyLong_AsLong(device.ptr()) != deviceIndex) {
+          PyErr_Clear();
+          return nb::none();
+        }
+      }
+      nb::object source = nb::borrow(t);
+      nb::object contiguous = callOn(isContiguousOf, t);
+      if (!contiguous.is_valid()) {
+        PyErr_Clear();
+        return nb::none();
+      }
+      if (contiguous.ptr() != Py_True) {
+        source = call(t, sContiguous);
+        if (!source.is_valid()) {
+          PyErr_Clear();
+          return nb::none();
+        }
+        keep.push_back(source);
+      }
+      nb::object data = callOn(dataPtrOf, source.ptr());
+      if (!data.is_valid()) {
+        PyErr_Clear();
+        return nb::none();
+      }
+      at.push_back(dims.size());
+      dims.insert(dims.end(), e.shape.begin(), e.shape.end());
+      pending.push_back({utf8, static_cast<size_t>(size),
+                         reinterpret_cast<const void *>(PyLong_AsUnsignedLongLong(data.ptr())),
+                         e.dtype, static_cast<uint32_t>(e.shape.size()), nullptr});
+    }
+    for (size_t i = 0; i < pending.size(); ++i)
+      pending[i].shape = dims.data() + at[i];
+    // The names' UTF-8 lives in the str objects of `batch`, which the
+    // caller holds until applyChecked.
+    checked = nb::borrow(batch);
+    return fallbacks;
+  }
+
+  /// The names checkUpdate holds for applyChecked, in order.
+  std::vector<std::string> pendingNames() const {
+    std::vector<std::string> out;
+    out.reserve(pending.size());
+    for (const loadplan_tensor_t &t : pending)
+      out.emplace_back(t.name, t.name_size);
+    return out;
+  }
+
+  /// Applies what checkUpdate held, in one runtime call (which checks it
+  /// all again before it writes a byte).
+  void applyChecked(uintptr_t stream) {
+    if (!checked.is_valid())
+      throw nb::value_error("apply_checked without check_update");
+    std::vector<loadplan_tensor_t> in = std::move(pending);
+    pending.clear();
+    // The pairs and any contiguous copies stay alive through the call.
+    nb::object hold = std::move(checked);
+    std::vector<nb::object> held = std::move(keep);
+    keep.clear();
+    run(loadplan_apply_tensors, in, stream);
   }
 
   /// tensors: (name, data, dtype, shape) per full tensor.
@@ -381,7 +561,46 @@ private:
     check(status);
   }
 
+  /// What checkUpdate needs of each entry, by name (made on first use).
+  struct EntryInfo {
+    uint8_t kind;
+    uint32_t dtype;
+    std::vector<int64_t> shape;
+  };
+
+  void buildEntries() {
+    if (entriesBuilt)
+      return;
+    loadplan_plan_summary_t s;
+    check(loadplan_plan_summary(plan->plan, &s));
+    names.reserve(s.num_entries);
+    entries.reserve(s.num_entries);
+    for (uint32_t i = 0; i < s.num_entries; ++i) {
+      loadplan_entry_info_t e;
+      check(loadplan_plan_entry(plan->plan, i, &e));
+      names.emplace_back(e.name, e.name_size);
+      entries.push_back({static_cast<uint8_t>(e.kind), e.dtype, ints(e.shape, e.rank)});
+    }
+    for (uint32_t i = 0; i < s.num_entries; ++i)
+      byName.emplace(names[i], i);
+    seen.assign(s.num_entries, 0);
+    entriesBuilt = true;
+  }
+
+  Plan *plan;
+  uint32_t deviceType;
+  int32_t deviceIndex;
   loadplan_binding_t *binding = nullptr;
+  bool entriesBuilt = false;
+  std::vector<std::string> names;
+  std::vector<EntryInfo> entries;
+  std::unordered_map<std::string_view, uint32_t> byName;
+  std::vector<uint32_t> seen;
+  uint32_t generation = 0;
+  std::vector<loadplan_tensor_t> pending;
+  std::vector<int64_t> dims;
+  std::vector<nb::object> keep;
+  nb::object checked;
 };
 
 } // namespace
@@ -504,7 +723,30 @@ void loadplan_python::defineRuntime(nb::module_ &m) {
            nb::arg("stream") = 0,
            "Applies packed boxes, (name, data, dtype, starts, stops) each, "
            "in one call; all or nothing.")
+      .def("check_update", &Binding::checkUpdate, nb::arg("batch"),
+           "Checks (name, torch.Tensor) pairs against the plan and holds the "
+           "direct ones; returns the fallback pairs, or None when Python must "
+           "check (and say what is wrong). Writes nothing.")
+      .def("pending_names", &Binding::pendingNames,
+           "The direct names check_update holds, in order.")
+      .def("apply_checked", &Binding::applyChecked, nb::arg("stream") = 0,
+           "Applies what check_update held, in one runtime call.")
       .def("close", &Binding::close, "Releases the binding now.");
+
+  m.def(
+      "set_torch_types",
+      [](nb::object tensorType, nb::object strided, nb::dict dtypeCodes) {
+        TorchTypes &t = torchTypes();
+        t.tensorType = tensorType;
+        t.strided = strided;
+        t.dtypeCodes.clear();
+        for (auto [dtype, code] : dtypeCodes) {
+          Py_INCREF(dtype.ptr()); // held for the process, as torch holds it
+          t.dtypeCodes[dtype.ptr()] = nb::cast<uint32_t>(code);
+        }
+      },
+      nb::arg("tensor_type"), nb::arg("strided"), nb::arg("dtype_codes"),
+      "The torch objects Binding.check_update compares with.");
 
   m.def(
       "dtype_name", [](uint32_t code) { return loadplan_dtype_name(code); },

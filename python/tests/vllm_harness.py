@@ -110,12 +110,23 @@ def make_source(spec: Spec, rank: int, variant: str | None = None):
 
     class Source(WeightSource):
         round = 0
+        _made: dict = {}
 
         @cached_property
         def metadata(self):
             return metadata(spec, variant)
 
+        def prepare(self, round_: int) -> None:
+            """Makes the round's tensors now, as a trainer holds its weights
+            before it sends them (so that timing a send times the send)."""
+            self.round = round_
+            self._made = {m.name: round_tensor(m.name, m.shape, m.dtype, spec.seed, round_)
+                          for m in self.metadata if m.owners is None or rank in m.owners}
+
         def _tensor(self, m):
+            made = self._made.get(m.name)
+            if made is not None:
+                return made
             return round_tensor(m.name, m.shape, m.dtype, spec.seed, self.round)
 
         def iter_full(self):
@@ -325,7 +336,7 @@ def trainer_main(conn, spec: Spec, rank: int, worker_conns) -> None:
                     if want[1]:
                         _break_source(engine.source, want[1])
                 source = engine.source
-                source.round = arg["round"]
+                source.prepare(arg["round"])
                 if arg.get("die_after_s") is not None:
                     _die_later(arg["die_after_s"])
                 t0 = time.perf_counter()
