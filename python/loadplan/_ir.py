@@ -33,10 +33,17 @@ def element_type(dtype: torch.dtype) -> str:
         raise ValueError(f"load plan: dtype {dtype} is not supported") from None
 
 
+_TENSOR_TYPES: dict[tuple, str] = {}
+
+
 def tensor_type(shape: Sequence[int], dtype: torch.dtype) -> str:
     """``tensor<4x6xbf16>``; ``tensor<bf16>`` for a 0-dim tensor."""
-    dims = "".join(f"{n}x" for n in shape)
-    return f"tensor<{dims}{element_type(dtype)}>"
+    key = (tuple(shape), dtype)
+    text = _TENSOR_TYPES.get(key)
+    if text is None:
+        dims = "".join(f"{n}x" for n in shape)
+        text = _TENSOR_TYPES[key] = f"tensor<{dims}{element_type(dtype)}>"
+    return text
 
 
 def ints(values: Iterable[int]) -> str:
@@ -52,6 +59,8 @@ def string(text: str) -> str:
     """An MLIR string literal. The lexer knows ``\\"``, ``\\\\`` and ``\\XX``
     (two hex digits, one byte); everything outside printable ASCII goes as
     its UTF-8 bytes."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'  # nothing to escape: the common case
     out = ['"']
     for byte in text.encode("utf-8"):
         ch = chr(byte)

@@ -78,7 +78,9 @@ class _TargetGuard(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        traces = [a for a in leaves(args, kwargs) if isinstance(a, TraceTensor)]
+        # `types` holds the tensor subclasses among the arguments: empty for
+        # the loader's ops on real tensors alone, the common case.
+        traces = [a for a in leaves(args, kwargs) if isinstance(a, TraceTensor)] if types else ()
         if traces:
             # What the traces' own __torch_dispatch__ would do, without
             # dispatching again to get there.

@@ -157,6 +157,10 @@ class Sink:
         self.metas = metas
         # Storage key -> the reason a copy into it makes its name fall back.
         self.fallback_storages = dict(fallback_storages or {})
+        # Each name's incoming meta tensor, made before the capture's mode is
+        # on (inside it each would cost a dispatch).
+        self._incoming = {name: torch.empty(tuple(m.shape), dtype=m.dtype, device=META)
+                          for name, m in metas.items()}
         self.records: dict[str, Record] = {}
         # The name last handed to load_weights, or last copied from: a real
         # op that reads a target is recorded in its block.
@@ -181,8 +185,10 @@ class Sink:
                 self.pending.clear()
             self.records[name] = record
             self.current = record
-            with no_dispatch():  # the capture's own tensor, not the loader's op
-                incoming = torch.empty(shape, dtype=dtype, device=META)
+            incoming = self._incoming.pop(name, None)
+            if incoming is None:  # handed out again after a stop
+                with no_dispatch():  # the capture's own tensor, not the loader's op
+                    incoming = torch.empty(shape, dtype=dtype, device=META)
             yield name, TraceTensor(self, record, "%w", incoming)
 
     def _check_open(self, trace: TraceTensor) -> None:
