@@ -113,9 +113,14 @@ def test_a_bad_checkpoint_fails_every_worker_and_changes_nothing(models, tmp_pat
         results = _unchanged_then_recovers(cluster, 3, wrong_dtype={0: "o_proj.weight"})
         status, message = results[0]
         assert status == "error" and "torch.float16" in message, message
+        # ... or in another shape.
+        results = _unchanged_then_recovers(cluster, 4, wrong_shape={0: "o_proj.weight"})
+        status, message = results[0]
+        assert status == "error" and "o_proj.weight" in message and "(63, 64)" in message, \
+            message
         # The next update is whole again.
-        _ok(cluster.update(4))
-        assert cluster.workers("reference", 4) == [[]] * 2
+        _ok(cluster.update(5))
+        assert cluster.workers("reference", 5) == [[]] * 2
     finally:
         cluster.close()
 

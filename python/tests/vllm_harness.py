@@ -87,10 +87,6 @@ def metadata(spec: Spec, variant: str | None = None):
                     out.append(ParamMeta(name, dtype, shape))
     if variant == "unknown_name":  # a tensor the model has no place for
         out.append(ParamMeta("model.layers.0.mlp.bogus_proj.weight", torch.bfloat16, (4, 4)))
-    elif variant == "wrong_shape":  # a tensor declared in a shape the model cannot take
-        i = next(k for k, m in enumerate(out) if m.name.endswith("o_proj.weight"))
-        m = out[i]
-        out[i] = ParamMeta(m.name, m.dtype, (m.shape[0] + 8, *m.shape[1:]))
     return out
 
 
@@ -329,12 +325,14 @@ def trainer_main(conn, spec: Spec, rank: int, worker_conns) -> None:
         method, arg = conn.recv()
         try:
             if method == "send":
-                want = (arg.get("variant"), arg.get("wrong_dtype"))
-                if want != getattr(engine.source, "want", (None, None)):
+                want = (arg.get("variant"), arg.get("wrong_dtype"), arg.get("wrong_shape"))
+                if want != getattr(engine.source, "want", (None, None, None)):
                     engine.source = make_source(spec, rank, want[0])
                     engine.source.want = want
                     if want[1]:
-                        _break_source(engine.source, want[1])
+                        _break_source(engine.source, want[1], "dtype")
+                    if want[2]:
+                        _break_source(engine.source, want[2], "shape")
                 source = engine.source
                 source.prepare(arg["round"])
                 if arg.get("die_after_s") is not None:
@@ -359,13 +357,17 @@ def _die_later(seconds: float) -> None:
     threading.Timer(seconds, lambda: os._exit(9)).start()
 
 
-def _break_source(source, name_suffix: str) -> None:
-    """The source yields one tensor in another dtype than declared."""
+def _break_source(source, name_suffix: str, how: str) -> None:
+    """The source yields one tensor in another dtype (``how="dtype"``) or
+    shape (``"shape"``: a row short) than declared."""
     original = source.iter_local, source.iter_full
+
+    def broken(t):
+        return t.to(torch.float16) if how == "dtype" else t[:-1]
 
     def wrap(it):
         for name, t in it():
-            yield name, (t.to(torch.float16) if name.endswith(name_suffix) else t)
+            yield name, (broken(t) if name.endswith(name_suffix) else t)
 
     source.iter_local = lambda: wrap(original[0])
     source.iter_full = lambda: wrap(original[1])
@@ -430,13 +432,15 @@ class Cluster:
         """Every trainer rank sends round ``round_``; returns each rank's
         result ("ok", seconds) or ("error", message). ``faults``:
         ``die_after_s={rank: s}`` kills a trainer rank that long into the
-        update; ``wrong_dtype={rank: suffix}`` makes a rank's source yield
-        a tensor in another dtype; ``variant`` declares a bad checkpoint."""
+        update; ``wrong_dtype={rank: suffix}`` / ``wrong_shape={rank:
+        suffix}`` makes a rank's source yield a tensor in another dtype or
+        shape than declared; ``variant`` declares a bad checkpoint."""
         die = faults.get("die_after_s", {})
-        wrong = faults.get("wrong_dtype", {})
+        dtype, shape = faults.get("wrong_dtype", {}), faults.get("wrong_shape", {})
         for r, c in enumerate(self.trainer_conns):
             c.send(("send", {"round": round_, "die_after_s": die.get(r),
-                             "wrong_dtype": wrong.get(r), "variant": faults.get("variant")}))
+                             "wrong_dtype": dtype.get(r), "wrong_shape": shape.get(r),
+                             "variant": faults.get("variant")}))
         out = []
         for r, c in enumerate(self.trainer_conns):
             if r in die:

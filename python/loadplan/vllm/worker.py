@@ -163,7 +163,14 @@ class LoadplanWeightTransferEngine(
         processing changed a tensor reloaded through vLLM, and save it."""
         observer, self._observer = self._observer, None
         processed = observer.processed()
-        plan = self._capture(self._metas, processed)
+        try:
+            plan = self._capture(self._metas, processed)
+        except RuntimeError as e:
+            # The loader takes the checkpoint only through vLLM's reload
+            # (into the checkpoint format): keep reloading every layer so.
+            logger.warning("load plan: worker rank %d keeps reloading every processed layer "
+                           "through vLLM: %s", self.rank, e)
+            return
         self.plan, self.processed = plan, processed
         key = plans.model_key(self.vllm_config, self.model, self.rank)
         path = plans.save(plans.plan_dir(self.info.plan_dir), key, plan,
