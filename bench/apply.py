@@ -145,10 +145,10 @@ def main(argv: list[str]) -> int:
     )
 
     binding = plan.bind(num_threads=args.threads)
-    one_thread = _runtime.Binding(plan._runtime.plan, plan._targets, num_threads=1)
+    one_thread = _runtime.Binding(plan.native, plan.target_tensors, num_threads=1)
     # The same executor with plain stores: what streaming stores gain.
     os.environ["LOADPLAN_RUNTIME_STREAMING"] = "0"
-    plain = _runtime.Binding(plan._runtime.plan, plan._targets, num_threads=args.threads)
+    plain = _runtime.Binding(plan.native, plan.target_tensors, num_threads=args.threads)
     del os.environ["LOADPLAN_RUNTIME_STREAMING"]
     direct = [(n, t) for n, t in weights if plan.entries[n].kind == "direct"]
     pairs = []  # (live view, source part) per destination, made once
