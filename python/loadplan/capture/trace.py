@@ -268,6 +268,11 @@ class Sink:
         capture's mode out of the way already."""
         return func(*map_args(to_meta, args), **{k: to_meta(v) for k, v in kwargs.items()})
 
+    def meta_view(self, func: Any, src: TraceTensor, args: tuple, kwargs: dict) -> Any:
+        """A view op of ``src`` (its first argument; the others are ints
+        and lists of them) on its meta tensor."""
+        return func(src._meta, *args[1:], **kwargs)
+
     def _new(self, record: Record, value: str, meta: torch.Tensor) -> TraceTensor:
         return TraceTensor(self, record, value, meta)
 
@@ -317,8 +322,11 @@ class Sink:
 
     def _copy(self, dest: torch.Tensor, src: Any, func, args, kwargs) -> torch.Tensor:
         """``dest.copy_(src)`` with a real ``dest`` and a trace ``src``."""
-        # torch's own checks (shapes that do not broadcast, ...), on meta.
-        self.run_meta(func, args, kwargs)
+        # torch's own checks (shapes that do not broadcast, a destination
+        # that overlaps itself, ...), on meta; nothing to check when the
+        # shapes are the same and the destination is contiguous.
+        if tuple(dest.shape) != tuple(src.shape) or not dest.is_contiguous():
+            self.run_meta(func, args, kwargs)
         record = src._record
         self.current = record
         src_type = _ir.tensor_type(src.shape, src.dtype)

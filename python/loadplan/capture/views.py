@@ -31,7 +31,7 @@ def _dim(args: tuple, kwargs: dict, i: int, rank: int, name: str = "dim", defaul
 
 
 def _slice(sink: Sink, func, src: TraceTensor, args, kwargs):
-    out = sink.run_meta(func, args, kwargs)
+    out = sink.meta_view(func, src, args, kwargs)
     dim = _dim(args, kwargs, 0, src.dim())
     start = _arg(args, kwargs, 1, "start", None)
     end = _arg(args, kwargs, 2, "end", None)
@@ -42,14 +42,14 @@ def _slice(sink: Sink, func, src: TraceTensor, args, kwargs):
 
 
 def _select(sink: Sink, func, src, args, kwargs):
-    out = sink.run_meta(func, args, kwargs)
+    out = sink.meta_view(func, src, args, kwargs)
     dim = _dim(args, kwargs, 0, src.dim())
     index = int(_arg(args, kwargs, 1, "index"))
     return sink.view_op(src, out, "select", f"dim {dim} index {index}")
 
 
 def _narrow(sink: Sink, func, src, args, kwargs):
-    out = sink.run_meta(func, args, kwargs)
+    out = sink.meta_view(func, src, args, kwargs)
     dim = _dim(args, kwargs, 0, src.dim())
     start = int(_arg(args, kwargs, 1, "start"))
     if start < 0:
@@ -59,7 +59,7 @@ def _narrow(sink: Sink, func, src, args, kwargs):
 
 
 def _transpose(sink: Sink, func, src, args, kwargs):
-    out = sink.run_meta(func, args, kwargs)
+    out = sink.meta_view(func, src, args, kwargs)
     rank = src.dim()
     if rank == 0:
         return sink.view_op(src, out, "alias")
@@ -69,32 +69,32 @@ def _transpose(sink: Sink, func, src, args, kwargs):
 
 
 def _t(sink: Sink, func, src, args, kwargs):
-    out = sink.run_meta(func, args, kwargs)
+    out = sink.meta_view(func, src, args, kwargs)
     if src.dim() == 2:
         return sink.view_op(src, out, "transpose", "dim0 0 dim1 1")
     return sink.view_op(src, out, "alias")
 
 
 def _permute(sink: Sink, func, src, args, kwargs):
-    out = sink.run_meta(func, args, kwargs)
+    out = sink.meta_view(func, src, args, kwargs)
     dims = [normalize(d, src.dim()) for d in _arg(args, kwargs, 0, "dims")]
     return sink.view_op(src, out, "permute", f"dims {_ir.ints(dims)}")
 
 
 def _expand(sink: Sink, func, src, args, kwargs):
-    out = sink.run_meta(func, args, kwargs)
+    out = sink.meta_view(func, src, args, kwargs)
     same = tuple(out.shape) == tuple(src.shape)
     return sink.view_op(src, out, "alias" if same else "expand")
 
 
 def _unsqueeze(sink: Sink, func, src, args, kwargs):
-    out = sink.run_meta(func, args, kwargs)
+    out = sink.meta_view(func, src, args, kwargs)
     dim = _dim(args, kwargs, 0, src.dim() + 1)
     return sink.view_op(src, out, "unsqueeze", f"dim {dim}")
 
 
 def _squeeze(sink: Sink, func, src, args, kwargs):
-    out = sink.run_meta(func, args, kwargs)
+    out = sink.meta_view(func, src, args, kwargs)
     rank = src.dim()
     requested = _arg(args, kwargs, 0, "dim", None)
     if requested is None:
@@ -110,7 +110,7 @@ def _squeeze(sink: Sink, func, src, args, kwargs):
 
 
 def _flatten(sink: Sink, func, src, args, kwargs):
-    out = sink.run_meta(func, args, kwargs)
+    out = sink.meta_view(func, src, args, kwargs)
     rank = src.dim()
     if rank == 0:  # flatten of a scalar is a view as [1]
         return sink.view_op(src, out, "view")
@@ -122,37 +122,37 @@ def _flatten(sink: Sink, func, src, args, kwargs):
 
 
 def _unflatten(sink: Sink, func, src, args, kwargs):
-    out = sink.run_meta(func, args, kwargs)
+    out = sink.meta_view(func, src, args, kwargs)
     return sink.view_op(src, out, "unflatten", f"dim {_dim(args, kwargs, 0, src.dim())}")
 
 
 def _view(sink: Sink, func, src, args, kwargs):
-    out = sink.run_meta(func, args, kwargs)
+    out = sink.meta_view(func, src, args, kwargs)
     if out.dtype != src.dtype:  # view(dtype): a bitcast, not a layout
         return sink.apply(func, args, kwargs, [src])
     return sink.view_op(src, out, "view")
 
 
 def _reshape(sink: Sink, func, src, args, kwargs):
-    out = sink.run_meta(func, args, kwargs)
+    out = sink.meta_view(func, src, args, kwargs)
     return sink.view_op(src, out, "reshape")
 
 
 def _as_strided(sink: Sink, func, src, args, kwargs):
-    out = sink.run_meta(func, args, kwargs)
+    out = sink.meta_view(func, src, args, kwargs)
     # torch's default offset is the input's own; the IR spells it out.
     layout = _ir.layout(out.storage_offset(), out.shape, out.stride())
     return sink.view_op(src, out, "as_strided", layout)
 
 
 def _alias(sink: Sink, func, src, args, kwargs):
-    out = sink.run_meta(func, args, kwargs)
+    out = sink.meta_view(func, src, args, kwargs)
     return sink.view_op(src, out, "alias")
 
 
 def _split(sink: Sink, func, src, args, kwargs):
     """split / split_with_sizes / chunk: one slice per output."""
-    outs = sink.run_meta(func, args, kwargs)
+    outs = sink.meta_view(func, src, args, kwargs)
     dim = _dim(args, kwargs, 1, src.dim())
     views, start = [], 0
     for o in outs:
@@ -165,7 +165,7 @@ def _split(sink: Sink, func, src, args, kwargs):
 
 
 def _unbind(sink: Sink, func, src, args, kwargs):
-    outs = sink.run_meta(func, args, kwargs)
+    outs = sink.meta_view(func, src, args, kwargs)
     dim = _dim(args, kwargs, 0, src.dim())
     views = [
         sink.view_op(src, o, "select", f"dim {dim} index {i}") for i, o in enumerate(outs)
