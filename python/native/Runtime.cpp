@@ -12,6 +12,7 @@
 
 #include "Runtime.h"
 #include "Compile.h"
+#include "TorchTensor.h"
 
 #include "loadplan/format/Report.h"
 #include "loadplan/runtime.h"
@@ -254,27 +255,6 @@ struct PlanMethods {
   }
 };
 
-/// The torch objects the fast update path compares with (set once, by
-/// loadplan._runtime at import): the tensor type, torch.strided, and each
-/// torch.dtype's plan code. torch's dtypes and layouts are singletons.
-struct TorchTypes {
-  nb::object tensorType, strided;
-  std::unordered_map<PyObject *, uint32_t> dtypeCodes;
-};
-
-TorchTypes &torchTypes() {
-  static TorchTypes t;
-  return t;
-}
-
-/// An attribute name, interned once.
-PyObject *attrName(const char *name) {
-  PyObject *s = PyUnicode_InternFromString(name);
-  if (!s)
-    throw nb::python_error();
-  return s;
-}
-
 /// A plan bound to live memory.
 class Binding {
 public:
@@ -333,26 +313,9 @@ public:
     keep.clear();
     dims.clear();
     ++generation;
-    static PyObject *sDtype = attrName("dtype"), *sShape = attrName("shape"),
-                    *sIsMeta = attrName("is_meta"), *sLayout = attrName("layout"),
-                    *sIsCpu = attrName("is_cpu"), *sIsCuda = attrName("is_cuda"),
-                    *sGetDevice = attrName("get_device"),
-                    *sIsContiguous = attrName("is_contiguous"),
-                    *sContiguous = attrName("contiguous"), *sDataPtr = attrName("data_ptr");
     const TorchTypes &torch = torchTypes();
     if (!torch.tensorType.is_valid() || !PyList_Check(batch.ptr()))
       return nb::none();
-    auto attr = [](PyObject *o, PyObject *name) { return nb::steal(PyObject_GetAttr(o, name)); };
-    auto call = [](PyObject *o, PyObject *name) {
-      return nb::steal(PyObject_CallMethodNoArgs(o, name));
-    };
-    // torch.Tensor's own methods, called on each tensor without a lookup.
-    static nb::object isContiguousOf = nb::steal(PyObject_GetAttr(torch.tensorType.ptr(), sIsContiguous)),
-                      dataPtrOf = nb::steal(PyObject_GetAttr(torch.tensorType.ptr(), sDataPtr));
-    auto callOn = [](const nb::object &method, PyObject *self) {
-      PyObject *args[] = {self};
-      return nb::steal(PyObject_Vectorcall(method.ptr(), args, 1, nullptr));
-    };
     nb::list fallbacks;
     std::vector<size_t> at;
     Py_ssize_t n = PyList_GET_SIZE(batch.ptr());
@@ -361,7 +324,7 @@ public:
       if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2)
         return nb::none();
       PyObject *name = PyTuple_GET_ITEM(item, 0), *t = PyTuple_GET_ITEM(item, 1);
-      if (!PyUnicode_Check(name) || !PyObject_TypeCheck(t, (PyTypeObject *)torch.tensorType.ptr()))
+      if (!PyUnicode_Check(name))
         return nb::none();
       Py_ssize_t size = 0;
       const char *utf8 = PyUnicode_AsUTF8AndSize(name, &size);
@@ -377,72 +340,24 @@ public:
         return nb::none(); // sent twice
       seen[index] = generation;
       const EntryInfo &e = entries[index];
-      nb::object dtype = attr(t, sDtype), shape = attr(t, sShape), layout = attr(t, sLayout);
-      if (!dtype.is_valid() || !shape.is_valid() || !layout.is_valid()) {
-        PyErr_Clear();
+      // A fallback's bytes go to load_weights: not a meta tensor. (A direct
+      // one must be on the binding's device, which tensorData checks.)
+      if (!tensorMatches(t, e.dtype, e.shape.data(), e.shape.size(),
+                         /*notMeta=*/e.kind == LOADPLAN_KIND_FALLBACK))
         return nb::none();
-      }
-      auto code = torch.dtypeCodes.find(dtype.ptr());
-      if (code == torch.dtypeCodes.end() || code->second != e.dtype ||
-          layout.ptr() != torch.strided.ptr() || !PyTuple_Check(shape.ptr()) ||
-          PyTuple_GET_SIZE(shape.ptr()) != static_cast<Py_ssize_t>(e.shape.size()))
-        return nb::none();
-      for (size_t k = 0; k < e.shape.size(); ++k) {
-        long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), k));
-        if (d != e.shape[k]) {
-          PyErr_Clear();
-          return nb::none();
-        }
-      }
       if (e.kind == LOADPLAN_KIND_FALLBACK) {
-        // A meta tensor holds no bytes for load_weights. (A direct one
-        // fails the device check below.)
-        nb::object isMeta = attr(t, sIsMeta);
-        if (!isMeta.is_valid() || isMeta.ptr() != Py_False) {
-          PyErr_Clear();
-          return nb::none();
-        }
         fallbacks.append(nb::handle(item));
         continue;
       }
       if (e.kind != LOADPLAN_KIND_DIRECT)
         continue; // unneeded: this rank needs none of it
-      nb::object here = deviceType == LOADPLAN_DEVICE_CPU ? attr(t, sIsCpu) : attr(t, sIsCuda);
-      if (!here.is_valid() || here.ptr() != Py_True) {
-        PyErr_Clear();
-        return nb::none(); // torch moves it first (the Python path)
-      }
-      if (deviceType != LOADPLAN_DEVICE_CPU) {
-        nb::object device = call(t, sGetDevice);
-        if (!device.is_valid() || PyLong_AsLong(device.ptr()) != deviceIndex) {
-          PyErr_Clear();
-          return nb::none();
-        }
-      }
-      nb::object source = nb::borrow(t);
-      nb::object contiguous = callOn(isContiguousOf, t);
-      if (!contiguous.is_valid()) {
-        PyErr_Clear();
+      const void *data = tensorData(t, deviceType, deviceIndex, keep);
+      if (!data)
         return nb::none();
-      }
-      if (contiguous.ptr() != Py_True) {
-        source = call(t, sContiguous);
-        if (!source.is_valid()) {
-          PyErr_Clear();
-          return nb::none();
-        }
-        keep.push_back(source);
-      }
-      nb::object data = callOn(dataPtrOf, source.ptr());
-      if (!data.is_valid()) {
-        PyErr_Clear();
-        return nb::none();
-      }
       at.push_back(dims.size());
       dims.insert(dims.end(), e.shape.begin(), e.shape.end());
-      pending.push_back({utf8, static_cast<size_t>(size),
-                         reinterpret_cast<const void *>(PyLong_AsUnsignedLongLong(data.ptr())),
-                         e.dtype, static_cast<uint32_t>(e.shape.size()), nullptr});
+      pending.push_back({utf8, static_cast<size_t>(size), data, e.dtype,
+                         static_cast<uint32_t>(e.shape.size()), nullptr});
     }
     for (size_t i = 0; i < pending.size(); ++i)
       pending[i].shape = dims.data() + at[i];
@@ -604,6 +519,18 @@ private:
 };
 
 } // namespace
+
+TorchTypes &loadplan_python::torchTypes() {
+  static TorchTypes t;
+  return t;
+}
+
+PyObject *loadplan_python::attrName(const char *name) {
+  PyObject *s = PyUnicode_InternFromString(name);
+  if (!s)
+    throw nb::python_error();
+  return s;
+}
 
 void loadplan_python::check(loadplan_status_t status, bool transfer) {
   if (!status)

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 namespace loadplan_python {
@@ -23,6 +24,18 @@ namespace loadplan_python {
 /// or, by its code, InvalidPlan, FingerprintMismatch or InvalidUpdate. With
 /// `transfer`, always TransferError (a StatusError too).
 void check(loadplan_status_t status, bool transfer = false);
+
+/// The torch objects the fast update paths compare with (set once, by
+/// loadplan._runtime at import): the tensor type, torch.strided, and each
+/// torch.dtype's plan code. torch's dtypes and layouts are singletons.
+struct TorchTypes {
+  nanobind::object tensorType, strided;
+  std::unordered_map<PyObject *, uint32_t> dtypeCodes;
+};
+TorchTypes &torchTypes();
+
+/// An attribute name, interned once.
+PyObject *attrName(const char *name);
 
 /// A reference-counted runtime plan.
 class Plan {

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Runtime.h"
+#include "TorchTensor.h"
 
 #include "loadplan/transfer.h"
 
@@ -242,6 +243,60 @@ public:
   loadplan_schedule_t *schedule;
 };
 
+/// The fast path of a sender's update: what it holds, read once per update
+/// from a dict of torch tensors in one native call (no Python per name).
+class SendBatch {
+public:
+  /// `expected`: (name, dtype, shape) of each held box, in the order sent.
+  explicit SendBatch(const std::vector<TensorTuple> &expected) {
+    for (const auto &[name, dtype, shape] : expected) {
+      keys.push_back(nb::steal(PyUnicode_FromStringAndSize(name.data(), name.size())));
+      names.push_back(name);
+      dtypes.push_back(dtype);
+      shapes.push_back(shape);
+    }
+  }
+
+  /// Reads `given` (name -> tensor): exactly the held names, each of its
+  /// dtype and shape, dense, on the device. False (nothing held) when any
+  /// is not so: then Python checks and says which.
+  bool read(nb::handle given, uint32_t deviceType, int32_t deviceIndex) {
+    held.clear();
+    keep.clear();
+    holdGiven = nb::object();
+    if (!PyDict_Check(given.ptr()) ||
+        PyDict_GET_SIZE(given.ptr()) != static_cast<Py_ssize_t>(keys.size()))
+      return false;
+    held.reserve(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      PyObject *t = PyDict_GetItemWithError(given.ptr(), keys[i].ptr());
+      if (!t) {
+        PyErr_Clear();
+        return false;
+      }
+      if (!tensorMatches(t, dtypes[i], shapes[i].data(), shapes[i].size(), /*notMeta=*/false))
+        return false;
+      const void *data = tensorData(t, deviceType, deviceIndex, keep);
+      if (!data)
+        return false;
+      held.push_back({names[i].data(), names[i].size(), data, dtypes[i],
+                      static_cast<uint32_t>(shapes[i].size()), shapes[i].data()});
+    }
+    holdGiven = nb::borrow(given);
+    return true;
+  }
+
+  std::vector<loadplan_held_tensor_t> held;
+  std::vector<nb::object> keep;
+  nb::object holdGiven;
+
+private:
+  std::vector<nb::object> keys;
+  std::vector<std::string> names;
+  std::vector<uint32_t> dtypes;
+  std::vector<std::vector<int64_t>> shapes;
+};
+
 /// One rank's transfer engine. A receiver's layouts and fallback buffers
 /// stay here for the engine's life.
 class Transfer {
@@ -301,6 +356,24 @@ public:
                dtype,       static_cast<uint32_t>(shape.size()), shape.data()};
     }
     loadplan_transfer_t *t = get();
+    loadplan_status_t status;
+    {
+      nb::gil_scoped_release release;
+      status = loadplan_transfer_update(t, in.data(), in.size(),
+                                        reinterpret_cast<void *>(stream));
+    }
+    checkTransfer(status);
+  }
+
+  /// Collective: one update of what `batch` read (SendBatch::read); the
+  /// batch lets go of the tensors afterwards.
+  void updateBatch(SendBatch &batch, uintptr_t stream) {
+    loadplan_transfer_t *t = get();
+    std::vector<loadplan_held_tensor_t> in = std::move(batch.held);
+    std::vector<nb::object> keep = std::move(batch.keep);
+    nb::object given = std::move(batch.holdGiven);
+    batch.held.clear();
+    batch.keep.clear();
     loadplan_status_t status;
     {
       nb::gil_scoped_release release;
@@ -404,6 +477,14 @@ void loadplan_python::defineTransfer(nb::module_ &m) {
       .def("summary", &Schedule::summary)
       .def("text", &Schedule::text, nb::arg("pieces") = true);
 
+  nb::class_<SendBatch>(m, "SendBatch", "What a sender holds, read per update")
+      .def(nb::init<const std::vector<TensorTuple> &>(), nb::arg("expected"),
+           "expected: (name, dtype, shape) of each held box, in the order sent.")
+      .def("read", &SendBatch::read, nb::arg("given"), nb::arg("device_type"),
+           nb::arg("device_index"),
+           "Reads a dict name -> tensor of exactly the held names, as "
+           "expected; False when not so (check in Python). Writes nothing.");
+
   nb::class_<Transfer>(m, "Transfer", "One rank's transfer engine")
       .def(nb::init<Comm &, Schedule &, Plan *, const std::vector<LayoutTuple> &,
                     const std::vector<FallbackTuple> &, uint32_t, int32_t>(),
@@ -416,6 +497,8 @@ void loadplan_python::defineTransfer(nb::module_ &m) {
       .def("update", &Transfer::update, nb::arg("held"), nb::arg("stream") = 0,
            "Collective: one update; a sender passes every tensor it holds "
            "as (name, data, dtype, shape).")
+      .def("update_batch", &Transfer::updateBatch, nb::arg("batch"), nb::arg("stream") = 0,
+           "Collective: one update of what a SendBatch read.")
       .def("fail", &Transfer::fail, nb::arg("code"), nb::arg("message"),
            "Collective: fails the update on every rank with this error.")
       .def("stats", &Transfer::stats, "Of the last update on this rank.")

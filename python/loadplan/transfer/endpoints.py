@@ -249,7 +249,19 @@ class Sender(Endpoint):
                          store=store, init_method=init_method, name=name, host=host,
                          timeout=timeout, staging_cap=staging_cap, num_threads=num_threads,
                          debug_fail_round=debug_fail_round)
+        self._batch = _native.SendBatch([
+            (n, _runtime.dtype_code(self.metadata[n].dtype),
+             list(self.metadata[n].shape if box is None else (b - a for a, b in box)))
+            for n, box in self.holdings.items()])
         self._start()
+
+    def _transfer_batch(self) -> None:
+        if self._transfer is None:
+            raise RuntimeError(f"load plan: this {self.role} is closed")
+        stream = 0
+        if self.device.type == "cuda":
+            stream = torch.cuda.current_stream(self.device).cuda_stream
+        self._transfer.update_batch(self._batch, stream)
 
     def _descriptor(self) -> dict:
         return {
@@ -275,8 +287,15 @@ class Sender(Endpoint):
             TransferError: the update failed on some rank; every rank
                 raises it.
         """
+        given = tensors if isinstance(tensors, dict) else dict(
+            tensors.items() if isinstance(tensors, Mapping) else tensors)
+        cuda = self.device.type == "cuda"
+        if self._batch.read(given, _runtime.DEVICE_CUDA if cuda else _runtime.DEVICE_CPU,
+                            self.device.index if cuda else 0):
+            # One native call read every held tensor; nothing per name here.
+            self._transfer_batch()
+            return self.stats
         try:
-            given = dict(tensors.items() if isinstance(tensors, Mapping) else tensors)
             missing = [n for n in self.holdings if n not in given]
             extra = [n for n in given if n not in self.holdings]
             if missing or extra:
