@@ -156,7 +156,10 @@ public:
       ops.push_back({true, peer, const_cast<void *>(mine), bytes, tag});
       ops.push_back({false, peer, out + size_t(peer) * bytes, bytes, tag});
     }
+    // An op Gloo refused (its pair had failed) was never posted: waiting
+    // for it would last until the deadline.
     std::vector<Buffer> buffers(ops.size());
+    std::vector<bool> posted(ops.size(), false);
     for (size_t i = 0; i < ops.size(); ++i) {
       try {
         buffers[i] = context->createUnboundBuffer(ops[i].data, ops[i].bytes);
@@ -164,6 +167,7 @@ public:
           buffers[i]->send(ops[i].peer, tag);
         else
           buffers[i]->recv(ops[i].peer, tag);
+        posted[i] = true;
       } catch (const std::exception &e) {
         errors[ops[i].peer] = e.what();
       }
@@ -171,12 +175,10 @@ public:
     auto deadline = Clock::now() + timeout;
     bool anyFailed = false;
     for (size_t i = 0; i < ops.size(); ++i) {
-      std::string error;
-      if (buffers[i] && !wait(ops[i], *buffers[i], deadline, error)) {
-        if (errors[ops[i].peer].empty())
-          errors[ops[i].peer] = error;
-      }
-      anyFailed |= !errors[ops[i].peer].empty();
+      std::string &error = errors[ops[i].peer];
+      if (posted[i] && error.empty())
+        wait(ops[i], *buffers[i], deadline, error);
+      anyFailed |= !error.empty();
     }
     if (anyFailed) {
       bury(buffers);
