@@ -26,62 +26,6 @@ using namespace loadplan::testing;
 
 namespace {
 
-/// Runs body(rank) in `n` forked processes. Each must return "" (success)
-/// and exit within `seconds`; what a rank returns otherwise is reported.
-::testing::AssertionResult runRanks(int n,
-                                    const std::function<std::string(int)> &body,
-                                    int seconds = 60) {
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < n; ++rank) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      std::string error;
-      try {
-        error = body(rank);
-      } catch (const std::exception &e) {
-        error = e.what();
-      }
-      if (!error.empty())
-        std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
-      std::fflush(stderr);
-      _exit(error.empty() ? 0 : 1);
-    }
-    pids.push_back(pid);
-  }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  std::vector<int> status(n, -1);
-  int left = n;
-  while (left > 0 && std::chrono::steady_clock::now() < deadline) {
-    for (int rank = 0; rank < n; ++rank) {
-      if (status[rank] != -1)
-        continue;
-      int s = 0;
-      if (waitpid(pids[rank], &s, WNOHANG) == pids[rank]) {
-        status[rank] = s;
-        --left;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  auto result = ::testing::AssertionSuccess();
-  bool ok = true;
-  std::string why;
-  for (int rank = 0; rank < n; ++rank) {
-    if (status[rank] == -1) {
-      kill(pids[rank], SIGKILL);
-      waitpid(pids[rank], nullptr, 0);
-      ok = false;
-      why += " rank " + std::to_string(rank) + " timed out;";
-    } else if (!WIFEXITED(status[rank]) || WEXITSTATUS(status[rank]) != 0) {
-      ok = false;
-      why += " rank " + std::to_string(rank) + " failed (see its stderr);";
-    }
-  }
-  if (ok)
-    return result;
-  return ::testing::AssertionFailure() << why;
-}
-
 /// A fresh directory for a file store.
 std::string storeDir() {
   char path[] = "/tmp/loadplan-transfer-XXXXXX";

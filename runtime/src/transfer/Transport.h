@@ -34,6 +34,18 @@ struct Op {
 
 /// Tags at and above this are the agreements'; pieces use their index.
 constexpr uint64_t kAgreementTag = uint64_t(1) << 62;
+/// The tag of the records a transport swaps to set up its PeerWatch.
+constexpr uint64_t kWatchTag = kAgreementTag - 1;
+
+/// What a transport says when a peer's connection ended, as every
+/// connection of a process that dies does: closed (the peer's end shut) or
+/// reset (it shut with bytes unread).
+inline std::string closedBy(int peer) {
+  return "rank " + std::to_string(peer) + " closed its connection";
+}
+inline std::string resetBy(int peer) {
+  return "connection reset by rank " + std::to_string(peer);
+}
 
 class Transport {
 public:
