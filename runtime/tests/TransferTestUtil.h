@@ -305,6 +305,23 @@ inline TestPlan tpPlan(int64_t tp, int64_t r, int64_t experts = 4) {
   return p;
 }
 
+/// Adds "big" [rows, cols] float32 to a TP=`tp` receiver's plan `p`:
+/// rank r needs the column block [r * cols / tp, (r + 1) * cols / tp), in
+/// a storage of its own. From row shards, every piece of it is packed, so a
+/// small cap spreads an update over many rounds.
+inline void addBigWeight(TestPlan &p, int64_t tp, int64_t r, int64_t rows,
+                         int64_t cols) {
+  constexpr uint32_t f32 = LOADPLAN_DTYPE_FLOAT32;
+  int64_t mine = cols / tp;
+  uint32_t storage = uint32_t(p.storageSizes.size());
+  p.storageSizes.push_back(uint64_t(rows * mine * 4));
+  uint32_t t =
+      p.addTarget({"big", "weight", storage, 0, f32, {rows, mine}, {mine, 1}});
+  p.entries.push_back({"big", LOADPLAN_KIND_DIRECT, f32, {rows, cols},
+                       std::nullopt, {{{0, r * mine}, {rows, (r + 1) * mine}}},
+                       {{t, 0, 0, {rows, mine}, {mine, 1}}}});
+}
+
 } // namespace loadplan::testing
 
 #endif // LOADPLAN_RUNTIME_TESTS_TRANSFERTESTUTIL_H

@@ -61,14 +61,16 @@ public:
   virtual bool selfOps() const = 0;
 
   /// Posts every op at once and returns when all completed. Throws a
-  /// StatusError (IO_ERROR for Gloo, DEVICE_ERROR for NCCL) when one fails
-  /// or the timeout passes; the transport is then closed (failed()).
+  /// StatusError (IO_ERROR for Gloo, DEVICE_ERROR for NCCL) when one fails,
+  /// when a peer is seen gone meanwhile (an update needs every rank) or
+  /// when the timeout passes; the transport is then closed (failed()).
   virtual void run(const std::vector<Op> &ops, void *stream) = 0;
 
   /// Sends `bytes` bytes at `mine` to every other rank and receives each
   /// one's into all + peer * bytes (and its own at all + rank * bytes).
   /// Never throws for a peer: errors[peer] says why that peer's record did
-  /// not come (empty when it did).
+  /// not come (empty when it did). Only a peer's own connection ending
+  /// fails its record, so that the peers still alive hear from each other.
   virtual void exchange(const void *mine, size_t bytes, void *all, uint64_t tag,
                         std::vector<std::string> &errors) = 0;
 
