@@ -69,8 +69,10 @@ public:
   /// Sends `bytes` bytes at `mine` to every other rank and receives each
   /// one's into all + peer * bytes (and its own at all + rank * bytes).
   /// Never throws for a peer: errors[peer] says why that peer's record did
-  /// not come (empty when it did). Only a peer's own connection ending
-  /// fails its record, so that the peers still alive hear from each other.
+  /// not come (empty when it did). Not cut short for a peer gone: with
+  /// Gloo only that peer's record fails and the ones still alive hear from
+  /// each other; NCCL, one group for all, loses every record when one
+  /// fails.
   virtual void exchange(const void *mine, size_t bytes, void *all, uint64_t tag,
                         std::vector<std::string> &errors) = 0;
 
