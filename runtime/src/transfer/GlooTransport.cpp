@@ -114,6 +114,7 @@ public:
         gloo::rendezvous::PrefixStore store(prefix, callbacks);
         context->connectFullMesh(store, tcpDevice);
       }
+      // The address Gloo listens on, where the watch listens too.
       attr = gloo::transport::tcp::CreateDeviceAttr(attr);
     } catch (const std::exception &e) {
       fail(LOADPLAN_STATUS_IO_ERROR, "gloo: rank ", rank, " of ", size,
@@ -326,13 +327,14 @@ private:
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::mutex mutex;
   std::vector<Buffer> graveyard;
-  std::unique_ptr<PeerWatch> watch;
   /// The buffer an update waits for, which the watch's thread aborts.
   std::mutex waitMutex;
   struct Waiting {
     UnboundBuffer *buffer = nullptr;
     bool send = false;
   } waiting;
+  /// After what its thread uses, so that it goes first.
+  std::unique_ptr<PeerWatch> watch;
 };
 
 } // namespace
