@@ -9,13 +9,16 @@ byte-equal to a reference model that ran ``load_weights`` on the same
 weights, and the bytes counted on the wire must be exactly what the
 receivers' plans need (sliced, m_to_n) or the receivers times the model
 (full). Rendezvous goes through a torch FileStore, a TCPStore, a process
-group and an init_method, one each.
+group and an init_method, one each. A sender killed in the middle of an
+update must fail every receiver within 2 s (the dead peer is noticed, not
+timed out), and a new Sender in a new process then updates them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -59,13 +62,18 @@ LAUNCHES: dict[str, tuple[int, list[str]]] = {
 }
 
 
+def _rank_env() -> dict[str, str]:
+    """The environment of a rank's process: one thread, this folder importable."""
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(TESTS) + os.pathsep +
+                os.environ.get("PYTHONPATH", ""))
+
+
 def _launch(launch: str, tmp_path: Path) -> dict[str, list[dict]]:
     """Runs ``launch``'s scenarios on its ranks and returns, per scenario,
     each taking rank's result; fails on a timeout or a crash."""
     world, names = LAUNCHES[launch]
     ports = [_free_port() for _ in names]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(TESTS) + os.pathsep +
-               os.environ.get("PYTHONPATH", ""))
+    env = _rank_env()
     procs = []
     for rank in range(world):
         code = (f"import test_transfer as t; t._rank_main({names!r}, {rank}, {world}, "
@@ -304,6 +312,116 @@ def _run_failures(name: str, rank: int, world: int, tmp: str, port: int) -> dict
     return result
 
 
+# A sender killed mid-update: one sender of a Llama of 38 MB, two atomic
+# receivers, a 30 s timeout, 2 KiB rounds (thousands of them: the update
+# takes a third of a second on an idle machine, seconds on a busy one). The
+# test kills the sender 50 ms into the update, then a new sender process
+# and the receivers make a new communicator (rounds of the default cap) and
+# update again.
+DEAD_SENDER = dict(model="llama", sizes=dict(vocab_size=1024, hidden_size=512,
+                                             intermediate_size=1024, num_layers=8, num_heads=8,
+                                             num_kv_heads=4))
+DEAD_SENDER_TIMEOUT = 30.0
+
+
+def _dead_sender_main(role: str, rank: int, tmp: str) -> None:
+    """``role``: "doomed" (rank 0 until killed), "replacement" (rank 0 of
+    the second communicator) or "receiver" (ranks 1 and 2, both
+    communicators)."""
+    import torch
+
+    import loadplan
+    from loadplan.verification import copy_bytes, random_weights
+
+    torch.set_num_threads(1)
+    _, metadata = _model(DEAD_SENDER, 0, 1)
+
+    def common(name: str, staging_cap: int) -> dict:
+        # A name per communicator: the new sender's process counts its
+        # endpoints afresh, the receivers' do not.
+        return dict(rank=rank, world_size=3, num_senders=1, engine="m_to_n", num_threads=1,
+                    timeout=DEAD_SENDER_TIMEOUT, staging_cap=staging_cap, name=name,
+                    init_method=f"file://{tmp}/{name}")
+
+    first, second = common("first", 2 << 10), common("second", 64 << 20)
+    if role == "doomed":
+        weights = dict(random_weights(metadata, 21))
+        with loadplan.Sender(metadata, **first) as sender:
+            # Making the endpoints ends with an agreement of all ranks: the
+            # receivers are in the update as soon as this rank is.
+            Path(f"{tmp}/sending").touch()
+            sender.send(weights)
+        os._exit(1)  # not killed: the test says so
+    if role == "replacement":
+        with loadplan.Sender(metadata, **second) as sender:
+            sender.send(dict(random_weights(metadata, 22)))
+        os._exit(0)
+    reference, _ = _model(DEAD_SENDER, rank - 1, 2)
+    model, _ = _model(DEAD_SENDER, rank - 1, 2)
+    copy_bytes(reference, model)
+    plan = loadplan.plan_loads(model, metadata)
+    result: dict = {"error": None}
+    with loadplan.Receiver(model, plan, atomic=True, **first) as receiver:
+        try:
+            receiver.receive()
+        except loadplan.TransferError as e:
+            result["failed_at"] = time.monotonic()
+            result["error"] = str(e)
+    # Atomic: the model is as it was, byte for byte.
+    result["unchanged"] = _mismatch(reference, model) is None
+    with loadplan.Receiver(model, plan, atomic=True, **second) as receiver:
+        receiver.receive()
+    with torch.no_grad():
+        reference.load_weights(list(random_weights(metadata, 22)))
+    mismatch = _mismatch(reference, model)
+    result["mismatch"] = None if mismatch is None else str(mismatch)
+    Path(f"{tmp}/rank{rank}.json").write_text(json.dumps(result))
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def _launch_dead_sender(tmp_path: Path) -> tuple[float, list[dict], int]:
+    """Runs the dead-sender ranks, kills the sender 50 ms into its update and
+    starts its replacement; returns when it killed it, each receiver's
+    result and the killed process's return code. Fails on a timeout or a
+    crash."""
+    env = _rank_env()
+
+    def start(role: str, rank: int) -> subprocess.Popen:
+        code = (f"import test_transfer as t; "
+                f"t._dead_sender_main({role!r}, {rank}, {str(tmp_path)!r})")
+        return subprocess.Popen([sys.executable, "-c", code], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    procs = [start("doomed", 0), start("receiver", 1), start("receiver", 2)]
+    deadline = time.monotonic() + RANK_TIMEOUT
+    killed_at = None
+    while time.monotonic() < deadline and procs[0].poll() is None:
+        if (tmp_path / "sending").exists():
+            time.sleep(0.05)
+            killed_at = time.monotonic()
+            procs[0].send_signal(signal.SIGKILL)
+            procs.append(start("replacement", 0))
+            break
+        time.sleep(0.005)
+    outputs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        outputs.append(out.decode(errors="replace"))
+    failed = [i for i, p in enumerate(procs) if i > 0 and p.returncode != 0]
+    if killed_at is None or failed:
+        logs = "\n".join(f"--- process {i}\n{o[-3000:]}" for i, o in enumerate(outputs))
+        why = "the sender never began its update" if killed_at is None else \
+            f"processes {failed} failed or timed out"
+        pytest.fail(f"dead sender: {why}\n{logs}")
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (1, 2)]
+    return killed_at, results, procs[0].returncode
+
+
 # ---------------------------------------------------------------------------
 # The tests
 
@@ -371,3 +489,16 @@ def test_a_failed_update_fails_every_rank_and_leaves_atomic_receivers(launched):
     for r in results[1:]:
         assert r["unchanged"] == [True, True]
         assert r["mismatch"] is None
+
+
+def test_a_sender_killed_mid_update_fails_every_receiver_at_once(tmp_path):
+    killed_at, results, code = _launch_dead_sender(tmp_path)
+    assert code == -signal.SIGKILL, "the sender finished its update before the kill"
+    for r in results:
+        assert r["error"] is not None, "a receiver's update succeeded without its sender"
+        assert "rank 0 closed its connection" in r["error"] or \
+            "connection reset by rank 0" in r["error"], r["error"]
+        # Noticed when the socket closed, not at the 30 s timeout.
+        assert r["failed_at"] - killed_at < 2.0, (r["failed_at"] - killed_at, r["error"])
+        assert r["unchanged"], "an atomic receiver's model changed"
+        assert r["mismatch"] is None, r["mismatch"]

@@ -8,8 +8,9 @@
 // buffer the whole tensor, and the bytes it received exactly what its plan
 // needs (the model for FULL). Failures: a rank that fails at a round, a bad
 // input, a plan that is not the schedule's and a rank that dies must give
-// every other rank the error (and leave atomic receivers untouched). Every
-// rank is bounded in time.
+// every other rank the error (and leave atomic receivers untouched); a rank
+// that dies in the middle of an update, within 2 s of its death, far inside
+// the timeout. Every rank is bounded in time.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,62 +26,6 @@
 using namespace loadplan::testing;
 
 namespace {
-
-/// Runs body(rank) in `n` forked processes. Each must return "" (success)
-/// and exit within `seconds`; what a rank returns otherwise is reported.
-::testing::AssertionResult runRanks(int n,
-                                    const std::function<std::string(int)> &body,
-                                    int seconds = 60) {
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < n; ++rank) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      std::string error;
-      try {
-        error = body(rank);
-      } catch (const std::exception &e) {
-        error = e.what();
-      }
-      if (!error.empty())
-        std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
-      std::fflush(stderr);
-      _exit(error.empty() ? 0 : 1);
-    }
-    pids.push_back(pid);
-  }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  std::vector<int> status(n, -1);
-  int left = n;
-  while (left > 0 && std::chrono::steady_clock::now() < deadline) {
-    for (int rank = 0; rank < n; ++rank) {
-      if (status[rank] != -1)
-        continue;
-      int s = 0;
-      if (waitpid(pids[rank], &s, WNOHANG) == pids[rank]) {
-        status[rank] = s;
-        --left;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  auto result = ::testing::AssertionSuccess();
-  bool ok = true;
-  std::string why;
-  for (int rank = 0; rank < n; ++rank) {
-    if (status[rank] == -1) {
-      kill(pids[rank], SIGKILL);
-      waitpid(pids[rank], nullptr, 0);
-      ok = false;
-      why += " rank " + std::to_string(rank) + " timed out;";
-    } else if (!WIFEXITED(status[rank]) || WEXITSTATUS(status[rank]) != 0) {
-      ok = false;
-      why += " rank " + std::to_string(rank) + " failed (see its stderr);";
-    }
-  }
-  if (ok)
-    return result;
-  return ::testing::AssertionFailure() << why;
-}
 
 /// A fresh directory for a file store.
 std::string storeDir() {
@@ -141,6 +86,8 @@ struct Topology {
   Layout layout;
   bool atomic = false;
   uint64_t cap = 0;
+  /// Rows of a "big" weight added to every plan (addBigWeight); 0: none.
+  int64_t bigRows = 0;
 
   std::vector<TestPlan> plans;
   std::vector<PlanPtr> handles;
@@ -149,6 +96,8 @@ struct Topology {
   void build() {
     for (int r = 0; r < receivers; ++r) {
       plans.push_back(tpPlan(receivers, r));
+      if (bigRows)
+        addBigWeight(plans.back(), receivers, r, bigRows, 1024);
       handles.push_back(openPlan(plans.back()));
     }
     decl.engine = engine;
@@ -350,7 +299,8 @@ struct Case {
 
 void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
 
-class TransferGloo : public ::testing::TestWithParam<Case> {
+/// Tests over parameters `P` that skip where the runtime has no Gloo.
+template <typename P> class WithGloo : public ::testing::TestWithParam<P> {
 protected:
   void SetUp() override {
     int32_t gloo = 0;
@@ -359,6 +309,8 @@ protected:
       GTEST_SKIP() << "built without Gloo";
   }
 };
+
+class TransferGloo : public WithGloo<Case> {};
 
 TEST_P(TransferGloo, ReceiversMatchTheReferenceAndMoveWhatTheyNeed) {
   Case c = GetParam();
@@ -486,6 +438,149 @@ TEST_F(TransferFailures, ADeadRankFailsTheOthersWithinTheTimeout) {
     return info.failed ? "" : "the communicator is not marked failed";
   }, 40));
 }
+
+/// What the ranks of a death test share across fork(): whether receiver
+/// 1's live memory began to change, and when a rank died (nowNs()).
+struct Shared {
+  std::atomic<bool> landing{false};
+  std::atomic<int64_t> diedAt{0};
+};
+
+/// Which rank dies, and how.
+struct Death {
+  const char *name;
+  int rank;
+  bool sigkill; // else _exit
+};
+
+void PrintTo(const Death &d, std::ostream *os) { *os << d.name; }
+
+class TransferDeaths : public WithGloo<Death> {};
+
+/// Two senders (row shards) to an atomic receiver 0 (rank 2) and an
+/// in-place receiver 1 (rank 3) of a 16 MiB weight in 64 KiB rounds, with a
+/// 30 s timeout. The dying rank goes once receiver 1's live memory begins
+/// to change: in the middle of the update. Every other rank must fail
+/// within 2 s (the socket closing says so, not the timeout) with the dead
+/// rank named, the atomic receiver untouched; then all, the dead rank in a
+/// new process, make a new communicator and a whole update.
+TEST_P(TransferDeaths, ARankDyingMidUpdateFailsEveryOtherRankAtOnce) {
+  Death death = GetParam();
+  Shared *shared = sharedAcrossFork<Shared>();
+  std::string first = storeDir(), second = storeDir();
+  auto topology = [] {
+    Topology sc{2, 2, LOADPLAN_ENGINE_M_TO_N, Layout::RowShards, true, 64 << 10,
+                4096};
+    sc.build();
+    sc.decl.receivers[1].atomic = false;
+    return sc;
+  };
+  // Connects to the others in `dir` and creates the engine.
+  auto start = [](Topology &sc, RankRun &run, int rank, const std::string &dir,
+                  CommPtr &comm, SchedulePtr &schedule) {
+    std::string error;
+    comm = connect(rank, 4, dir, 30000, error);
+    if (!comm)
+      return error;
+    schedule = sc.decl.make();
+    return run.create(comm.get(), schedule.get());
+  };
+  // The update that a rank dies in; "" when this rank failed as it must.
+  auto doomed = [&](int rank) -> std::string {
+    Topology sc = topology();
+    RankRun run{sc, rank};
+    CommPtr comm;
+    SchedulePtr schedule;
+    if (std::string e = start(sc, run, rank, first, comm, schedule); !e.empty())
+      return e;
+    TransferPtr owner(run.transfer);
+    auto die = [&] {
+      shared->diedAt = nowNs();
+      if (death.sigkill)
+        kill(getpid(), SIGKILL);
+      _exit(3);
+    };
+    // Receiver 1 says when its live memory begins to change (the first 64
+    // bytes of "big" land in round 0); the dying rank then dies.
+    std::atomic<bool> done{false};
+    std::thread watcher([&] {
+      const uint64_t *live = nullptr;
+      std::vector<uint64_t> was;
+      if (rank == 3) {
+        live = reinterpret_cast<const uint64_t *>(
+            run.memory->storages.back().data());
+        was.assign(live, live + 8);
+      }
+      while (!done && !shared->landing) {
+        for (size_t i = 0; i < was.size(); ++i)
+          if (__atomic_load_n(live + i, __ATOMIC_RELAXED) != was[i])
+            shared->landing = true;
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      if (!done && rank == death.rank)
+        die();
+    });
+    std::vector<std::vector<uint8_t>> before = run.snapshot();
+    std::string e = run.update(1);
+    int64_t failedAt = nowNs();
+    done = true;
+    watcher.join();
+    if (rank == death.rank)
+      return "rank " + std::to_string(rank) + " did not die; its update: " + e;
+    if (!shared->diedAt)
+      return "the update ended before rank " + std::to_string(death.rank) +
+             " died: " + (e.empty() ? "it succeeded" : e);
+    double ms = double(failedAt - shared->diedAt) / 1e6;
+    std::fprintf(stderr, "rank %d failed %.1f ms after rank %d died: %s\n",
+                 rank, ms, death.rank, e.c_str());
+    if (ms > 2000)
+      return "the update failed " + std::to_string(ms) +
+             " ms after the death, not within 2 s (the timeout is 30 s): " + e;
+    std::string dead = "rank " + std::to_string(death.rank);
+    if (e.find("io_error: ") != 0 ||
+        (e.find(dead + " closed its connection") == std::string::npos &&
+         e.find("connection reset by " + dead) == std::string::npos))
+      return "expected an I/O error naming " + dead + ", got: " + e;
+    if (rank == 2 && run.memory->storages != before)
+      return "the atomic receiver changed live memory";
+    loadplan_comm_info_t info;
+    if (std::string e2 = take(loadplan_comm_info(comm.get(), &info));
+        !e2.empty())
+      return e2;
+    return info.failed ? "" : "the communicator is not marked failed";
+  };
+  EXPECT_TRUE(runRanks(4, [&](int rank) -> std::string {
+    if (rank != death.rank) {
+      if (std::string e = doomed(rank); !e.empty())
+        return e;
+    } else {
+      // The dying rank runs in a child; this process takes its place after.
+      if (std::string e = inDyingChild([&] { return doomed(rank); }, 3);
+          !e.empty())
+        return e;
+    }
+    // A new communicator works, with a new process for the dead rank.
+    Topology sc = topology();
+    RankRun run{sc, rank};
+    CommPtr comm;
+    SchedulePtr schedule;
+    if (std::string e = start(sc, run, rank, second, comm, schedule);
+        !e.empty())
+      return "the new communicator: " + e;
+    TransferPtr owner(run.transfer);
+    std::vector<std::vector<uint8_t>> before = run.snapshot();
+    if (std::string e = run.update(2); !e.empty())
+      return "the new communicator's update: " + e;
+    return run.check(2, before);
+  }, 50));
+  munmap(shared, sizeof(Shared));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Deaths, TransferDeaths,
+    ::testing::Values(Death{"SenderKilled", 1, true},
+                      Death{"ReceiverExits", 3, false}),
+    [](const ::testing::TestParamInfo<Death> &info) { return info.param.name; });
 
 TEST(TransferApi, RefusesBadArguments) {
   loadplan_comm_t *comm = nullptr;

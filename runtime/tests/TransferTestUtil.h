@@ -2,7 +2,8 @@
 //
 // Declarations of checkpoint tensors, sender holdings and receiver plans
 // that turn into a loadplan_schedule_spec_t, handles that free themselves,
-// and the shardings the tests use (row shards, column shards, replicas).
+// the shardings the tests use (row shards, column shards, replicas), and
+// ranks as forked processes, one of which may die.
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,6 +12,15 @@
 
 #include "TestUtil.h"
 #include "loadplan/transfer.h"
+
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <functional>
+#include <thread>
 
 namespace loadplan::testing {
 
@@ -91,6 +101,98 @@ struct ScheduleDecl {
     return SchedulePtr(raw);
   }
 };
+
+/// Runs body(rank) in `n` forked processes. Each must return "" (success)
+/// and exit within `seconds`; what a rank returns otherwise is reported.
+inline ::testing::AssertionResult
+runRanks(int n, const std::function<std::string(int)> &body, int seconds = 60) {
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < n; ++rank) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      std::string error;
+      try {
+        error = body(rank);
+      } catch (const std::exception &e) {
+        error = e.what();
+      }
+      if (!error.empty())
+        std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
+      std::fflush(stderr);
+      _exit(error.empty() ? 0 : 1);
+    }
+    pids.push_back(pid);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  std::vector<int> status(n, -1);
+  int left = n;
+  while (left > 0 && std::chrono::steady_clock::now() < deadline) {
+    for (int rank = 0; rank < n; ++rank) {
+      if (status[rank] != -1)
+        continue;
+      int s = 0;
+      if (waitpid(pids[rank], &s, WNOHANG) == pids[rank]) {
+        status[rank] = s;
+        --left;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  auto result = ::testing::AssertionSuccess();
+  bool ok = true;
+  std::string why;
+  for (int rank = 0; rank < n; ++rank) {
+    if (status[rank] == -1) {
+      kill(pids[rank], SIGKILL);
+      waitpid(pids[rank], nullptr, 0);
+      ok = false;
+      why += " rank " + std::to_string(rank) + " timed out;";
+    } else if (!WIFEXITED(status[rank]) || WEXITSTATUS(status[rank]) != 0) {
+      ok = false;
+      why += " rank " + std::to_string(rank) + " failed (see its stderr);";
+    }
+  }
+  if (ok)
+    return result;
+  return ::testing::AssertionFailure() << why;
+}
+
+/// A T in memory that every process forked after this call shares.
+template <typename T> T *sharedAcrossFork() {
+  void *p = mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    throw std::runtime_error("mmap failed");
+  return new (p) T;
+}
+
+/// steady_clock in nanoseconds: CLOCK_MONOTONIC, one clock for every
+/// process of the machine.
+inline int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// Runs `body` in a forked child, which must die in it (`body` kills it,
+/// by SIGKILL or `_exit(exitCode)`); "" when it did, else what happened.
+inline std::string inDyingChild(const std::function<std::string()> &body,
+                                int exitCode) {
+  pid_t child = fork();
+  if (child == 0) {
+    std::string e = body();
+    std::fprintf(stderr, "the dying child lived on: %s\n", e.c_str());
+    std::fflush(stderr);
+    _exit(1);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  if ((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) ||
+      (WIFEXITED(status) && WEXITSTATUS(status) == exitCode))
+    return "";
+  return "the dying child ended otherwise (status " + std::to_string(status) +
+         ")";
+}
 
 /// The checkpoint tensors of a plan's entries (all kinds).
 inline std::vector<TensorDecl> tensorsOf(const TestPlan &plan) {
@@ -201,6 +303,23 @@ inline TestPlan tpPlan(int64_t tp, int64_t r, int64_t experts = 4) {
                          {{w, 0, (e % mine) * 16, {4, 4}, {4, 1}}}});
   }
   return p;
+}
+
+/// Adds "big" [rows, cols] float32 to a TP=`tp` receiver's plan `p`:
+/// rank r needs the column block [r * cols / tp, (r + 1) * cols / tp), in
+/// a storage of its own. From row shards, every piece of it is packed, so a
+/// small cap spreads an update over many rounds.
+inline void addBigWeight(TestPlan &p, int64_t tp, int64_t r, int64_t rows,
+                         int64_t cols) {
+  constexpr uint32_t f32 = LOADPLAN_DTYPE_FLOAT32;
+  int64_t mine = cols / tp;
+  uint32_t storage = uint32_t(p.storageSizes.size());
+  p.storageSizes.push_back(uint64_t(rows * mine * 4));
+  uint32_t t =
+      p.addTarget({"big", "weight", storage, 0, f32, {rows, mine}, {mine, 1}});
+  p.entries.push_back({"big", LOADPLAN_KIND_DIRECT, f32, {rows, cols},
+                       std::nullopt, {{{0, r * mine}, {rows, (r + 1) * mine}}},
+                       {{t, 0, 0, {rows, mine}, {mine, 1}}}});
 }
 
 } // namespace loadplan::testing

@@ -76,7 +76,8 @@ typedef struct loadplan_gloo_options_t {
   /* Prefixes every key, so that several communicators can share a store
    * (keys stay behind in a file store). NULL: "". */
   const char *prefix;
-  /* Per operation; 0: 60000. */
+  /* Per operation; 0: 60000. A peer whose process ends is noticed at once,
+   * when its connections close; this bounds a peer that hangs. */
   int64_t timeout_ms;
 } loadplan_gloo_options_t;
 
@@ -95,7 +96,10 @@ LOADPLAN_API loadplan_status_t loadplan_nccl_unique_id(uint8_t out_id[128]);
 
 /* Collective: an NCCL communicator on CUDA device `device` from the id of
  * loadplan_nccl_unique_id. `timeout_ms` bounds each transfer (0: 60000);
- * a transfer that runs past it aborts the communicator. */
+ * a transfer that runs past it aborts the communicator, and so does a peer
+ * of this host whose process ends (noticed when its connection closes) or
+ * an asynchronous NCCL error (a broken network connection to a peer of
+ * another host). */
 LOADPLAN_API loadplan_status_t
 loadplan_comm_create_nccl(int32_t rank, int32_t size, const uint8_t id[128],
                           int32_t device, int64_t timeout_ms,

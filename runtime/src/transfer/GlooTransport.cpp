@@ -3,15 +3,19 @@
 // A full mesh of TCP pairs (gloo::rendezvous::Context) connected through a
 // file store or the caller's store. Sends and receives are Gloo's unbound
 // buffers: all are posted, then waited for one by one against one deadline.
-// Gloo throws gloo::IoException when a peer goes away or a wait times out;
-// that closes the transport, since a receive still posted may yet write
-// into its buffer: the buffers of failed ops are kept until the transport
-// is destroyed.
+// Gloo throws gloo::IoException when a wait times out, and fails the ops
+// still queued on a pair whose socket closes; but a wait on an op whose
+// bytes were moving, or on another peer, would last until the timeout. So a
+// PeerWatch, connected over the pairs, watches every peer too and ends the
+// wait of an update as soon as any is gone. Any failure closes the
+// transport, since a receive still posted may yet write into its buffer:
+// the buffers of failed ops are kept until the transport is destroyed.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Transport.h"
 #include "../Status.h"
+#include "PeerWatch.h"
 
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
@@ -24,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string_view>
 
 using namespace loadplan;
 using namespace loadplan::transfer;
@@ -31,7 +36,20 @@ using namespace loadplan::transfer;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Buffer = std::unique_ptr<gloo::transport::UnboundBuffer>;
+using UnboundBuffer = gloo::transport::UnboundBuffer;
+using Buffer = std::unique_ptr<UnboundBuffer>;
+
+/// Gloo's message without the "[file:line] " it starts with.
+std::string glooText(const std::exception &e) {
+  std::string_view text = e.what();
+  while (!text.empty() && text[0] == '[') {
+    size_t end = text.find("] ");
+    if (end == std::string_view::npos)
+      break;
+    text.remove_prefix(end + 2);
+  }
+  return std::string(text);
+}
 
 /// gloo's Store over the caller's callbacks.
 class CallbackStore final : public gloo::rendezvous::Store {
@@ -96,13 +114,18 @@ public:
         gloo::rendezvous::PrefixStore store(prefix, callbacks);
         context->connectFullMesh(store, tcpDevice);
       }
+      // The address Gloo listens on, where the watch listens too.
+      attr = gloo::transport::tcp::CreateDeviceAttr(attr);
     } catch (const std::exception &e) {
       fail(LOADPLAN_STATUS_IO_ERROR, "gloo: rank ", rank, " of ", size,
            " could not connect: ", e.what());
     }
+    startWatch(attr.ai_addr);
   }
 
   ~GlooTransport() override {
+    // The watch first: its thread aborts waits.
+    watch.reset();
     // Buffers of failed ops before the pairs they may still be queued on.
     graveyard.clear();
     context.reset();
@@ -118,23 +141,11 @@ public:
     std::vector<Buffer> buffers;
     buffers.reserve(ops.size());
     std::string error;
-    try {
-      for (const Op &op : ops) {
-        buffers.push_back(context->createUnboundBuffer(op.data, op.bytes));
-        if (op.send)
-          buffers.back()->send(op.peer, op.tag);
-        else
-          buffers.back()->recv(op.peer, op.tag);
-      }
-    } catch (const std::exception &e) {
-      error = e.what();
-    }
+    for (size_t i = 0; i < ops.size() && error.empty(); ++i)
+      post(ops[i], buffers.emplace_back(), error);
     auto deadline = Clock::now() + timeout;
     for (size_t i = 0; i < buffers.size() && error.empty(); ++i)
-      if (!wait(ops[i], *buffers[i], deadline, error))
-        error = concat(ops[i].send ? "sending " : "receiving ", ops[i].bytes,
-                       " bytes ", ops[i].send ? "to" : "from", " rank ",
-                       ops[i].peer, " failed: ", error);
+      waitInUpdate(ops[i], *buffers[i], deadline, error);
     if (error.empty())
       return;
     bury(buffers);
@@ -147,8 +158,9 @@ public:
     errors.assign(size, "");
     auto *out = static_cast<uint8_t *>(all);
     std::memcpy(out + size_t(rank) * bytes, mine, bytes);
-    // One op per peer and direction; a peer's failure costs only its ops.
-    // Even after a failure: the peers still alive should hear why.
+    // One op per peer and direction; a peer's failure costs only its ops
+    // (and they are not cut short for another peer gone). Even after a
+    // failure: the peers still alive should hear why.
     std::vector<Op> ops;
     for (int peer = 0; peer < size; ++peer) {
       if (peer == rank)
@@ -156,33 +168,29 @@ public:
       ops.push_back({true, peer, const_cast<void *>(mine), bytes, tag});
       ops.push_back({false, peer, out + size_t(peer) * bytes, bytes, tag});
     }
+    // An op Gloo refused (its pair had failed) was never posted: waiting
+    // for it would last until the deadline.
     std::vector<Buffer> buffers(ops.size());
+    std::vector<bool> posted(ops.size(), false);
     for (size_t i = 0; i < ops.size(); ++i) {
-      try {
-        buffers[i] = context->createUnboundBuffer(ops[i].data, ops[i].bytes);
-        if (ops[i].send)
-          buffers[i]->send(ops[i].peer, tag);
-        else
-          buffers[i]->recv(ops[i].peer, tag);
-      } catch (const std::exception &e) {
-        errors[ops[i].peer] = e.what();
-      }
+      std::string error;
+      posted[i] = post(ops[i], buffers[i], error);
+      if (!posted[i] && errors[ops[i].peer].empty())
+        errors[ops[i].peer] = error;
     }
     auto deadline = Clock::now() + timeout;
     bool anyFailed = false;
     for (size_t i = 0; i < ops.size(); ++i) {
-      std::string error;
-      if (buffers[i] && !wait(ops[i], *buffers[i], deadline, error)) {
-        if (errors[ops[i].peer].empty())
-          errors[ops[i].peer] = error;
-      }
-      anyFailed |= !errors[ops[i].peer].empty();
+      std::string &error = errors[ops[i].peer];
+      if (posted[i] && error.empty())
+        wait(ops[i], *buffers[i], deadline, error);
+      anyFailed |= !error.empty();
     }
     if (anyFailed) {
       bury(buffers);
       for (int peer = 0; peer < size; ++peer)
         if (!errors[peer].empty()) {
-          markFailed(concat("rank ", peer, ": ", errors[peer]));
+          markFailed(errors[peer]);
           break;
         }
     }
@@ -208,22 +216,103 @@ private:
            failure(), "); make a new one");
   }
 
+  /// Connects a PeerWatch to every peer: each listens where Gloo does and
+  /// tells the others where over the pairs just connected.
+  void startWatch(const sockaddr_storage &address) {
+    watch = std::make_unique<PeerWatch>(rank, size, address);
+    std::vector<PeerWatch::Record> records(size);
+    std::vector<std::string> errors;
+    exchange(&watch->record(), sizeof(PeerWatch::Record), records.data(),
+             kWatchTag, errors);
+    for (int peer = 0; peer < size; ++peer)
+      if (!errors[peer].empty())
+        fail(LOADPLAN_STATUS_IO_ERROR, "gloo: rank ", rank, " of ", size,
+             " could not connect: rank ", peer, ": ", errors[peer]);
+    watch->start(records, /*sameHost=*/false, timeout,
+                 [this](int) { abortUpdateWait(); });
+  }
+
+  /// Posts `op` into a new `buffer`; false (and `error`) if Gloo refused.
+  bool post(const Op &op, Buffer &buffer, std::string &error) {
+    try {
+      buffer = context->createUnboundBuffer(op.data, op.bytes);
+      if (op.send)
+        buffer->send(op.peer, op.tag);
+      else
+        buffer->recv(op.peer, op.tag);
+      return true;
+    } catch (const std::exception &e) {
+      error = failureOf(op, e);
+      return false;
+    }
+  }
+
   /// Waits for `op` until `deadline`; false (and `error`) if it failed.
-  bool wait(const Op &op, gloo::transport::UnboundBuffer &buffer,
-            Clock::time_point deadline, std::string &error) {
+  bool wait(const Op &op, UnboundBuffer &buffer, Clock::time_point deadline,
+            std::string &error) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - Clock::now());
     if (left.count() < 1)
       left = std::chrono::milliseconds(1);
     try {
-      bool done = op.send ? buffer.waitSend(left) : buffer.waitRecv(left);
-      if (!done)
-        error = "aborted";
-      return done;
+      if (op.send ? buffer.waitSend(left) : buffer.waitRecv(left))
+        return true;
+      error = concat(describe(op), " was aborted");
     } catch (const std::exception &e) {
-      error = e.what();
-      return false;
+      error = failureOf(op, e);
     }
+    return false;
+  }
+
+  /// wait() for an op of an update, which also ends (false) as soon as the
+  /// watch sees any peer gone: then the update cannot succeed, and the op
+  /// may never complete (Gloo leaves it be when its bytes were moving).
+  bool waitInUpdate(const Op &op, UnboundBuffer &buffer,
+                    Clock::time_point deadline, std::string &error) {
+    {
+      std::lock_guard<std::mutex> lock(waitMutex);
+      if (int peer = watch->first(); peer >= 0) {
+        error = concat(watch->why(peer), " (before ", describe(op), ")");
+        return false;
+      }
+      waiting = {&buffer, op.send};
+    }
+    bool done = wait(op, buffer, deadline, error);
+    std::lock_guard<std::mutex> lock(waitMutex);
+    waiting = {};
+    if (int peer = watch->first(); !done && peer >= 0)
+      error = concat(watch->why(peer), " (while ", describe(op), ")");
+    return done;
+  }
+
+  /// On the watch's thread, for a peer gone: ends the wait of an update in
+  /// progress, whichever peer its op is with.
+  void abortUpdateWait() {
+    std::lock_guard<std::mutex> lock(waitMutex);
+    if (waiting.buffer && waiting.send)
+      waiting.buffer->abortWaitSend();
+    else if (waiting.buffer)
+      waiting.buffer->abortWaitRecv();
+  }
+
+  static std::string describe(const Op &op) {
+    return concat(op.send ? "sending " : "receiving ", op.bytes, " bytes ",
+                  op.send ? "to" : "from", " rank ", op.peer);
+  }
+
+  /// Why Gloo failed `op` with `e`: its peer's end closed or reset, in the
+  /// watch's words whichever of the two saw it first, or Gloo's message.
+  std::string failureOf(const Op &op, const std::exception &e) {
+    std::string why = watch ? watch->why(op.peer) : "";
+    std::string text = glooText(e);
+    if (why.empty() &&
+        text.find("Connection closed by peer") != std::string::npos)
+      why = closedBy(op.peer);
+    if (why.empty() &&
+        text.find("Connection reset by peer") != std::string::npos)
+      why = resetBy(op.peer);
+    return why.empty() ? concat(describe(op), " failed: ", text)
+                       : concat(why, " (while ", describe(op), ")");
   }
 
   void bury(std::vector<Buffer> &buffers) {
@@ -238,6 +327,14 @@ private:
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::mutex mutex;
   std::vector<Buffer> graveyard;
+  /// The buffer an update waits for, which the watch's thread aborts.
+  std::mutex waitMutex;
+  struct Waiting {
+    UnboundBuffer *buffer = nullptr;
+    bool send = false;
+  } waiting;
+  /// After what its thread uses, so that it goes first.
+  std::unique_ptr<PeerWatch> watch;
 };
 
 } // namespace

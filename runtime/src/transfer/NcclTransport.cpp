@@ -7,22 +7,29 @@
 // GPU. Sends and receives go in one ncclGroupStart/ncclGroupEnd on the
 // caller's stream; the wait polls the stream and the communicator's async
 // error against a deadline and aborts the communicator when it passes, as a
-// watchdog would.
+// watchdog would. NCCL reports a peer that dies only where a network
+// connection to it breaks (its socket and IB transports: an async error);
+// between ranks of one host (P2P, shared memory) nothing breaks and its
+// kernels wait on. So the transport watches the peers of its host itself
+// (a PeerWatch over loopback), and the wait aborts once one is gone.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Transport.h"
 #include "../Status.h"
 #include "../cuda/CudaCheck.h"
+#include "PeerWatch.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <dlfcn.h>
+#include <netinet/in.h>
 
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 using namespace loadplan;
@@ -109,6 +116,11 @@ const Nccl &requireNccl() {
 
 using Clock = std::chrono::steady_clock;
 
+/// How long a wait goes on after a peer is gone before it aborts: a peer
+/// that finished its part and closed at once may be gone before this
+/// rank's last kernel of the same exchange completes.
+constexpr std::chrono::milliseconds kGoneGrace(250);
+
 class NcclTransport final : public Transport {
 public:
   NcclTransport(int rank, int size, const uint8_t *id, int device,
@@ -122,11 +134,24 @@ public:
     ncclUniqueId unique;
     std::memcpy(unique.internal, id, sizeof unique.internal);
     check(nccl.commInitRank(&comm, size, unique, rank), "ncclCommInitRank");
-    checkCuda(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking),
-              "cudaStreamCreate");
+    try {
+      checkCuda(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking),
+                "cudaStreamCreate");
+      startWatch();
+    } catch (...) {
+      // No destructor runs for a constructor that throws.
+      watch.reset();
+      cudaFree(records);
+      if (side)
+        cudaStreamDestroy(side);
+      if (comm)
+        nccl.commAbort(comm);
+      throw;
+    }
   }
 
   ~NcclTransport() override {
+    watch.reset();
     int current = -1;
     cudaGetDevice(&current);
     cudaSetDevice(deviceIndex);
@@ -250,6 +275,26 @@ private:
            failure(), "); make a new one");
   }
 
+  /// Watches the peers on this host over loopback: the records saying
+  /// where each listens go through NCCL itself.
+  void startWatch() {
+    sockaddr_storage loopback{};
+    auto &in = reinterpret_cast<sockaddr_in &>(loopback);
+    in.sin_family = AF_INET;
+    in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    watch = std::make_unique<PeerWatch>(rank, size, loopback);
+    std::vector<PeerWatch::Record> all(size);
+    std::vector<std::string> errors;
+    exchange(&watch->record(), sizeof(PeerWatch::Record), all.data(), kWatchTag,
+             errors);
+    for (int peer = 0; peer < size; ++peer)
+      if (!errors[peer].empty())
+        fail(LOADPLAN_STATUS_DEVICE_ERROR, "nccl: rank ", rank,
+             " could not swap where it listens with rank ", peer, ": ",
+             errors[peer]);
+    watch->start(all, /*sameHost=*/true, timeout);
+  }
+
   /// Aborts the communicator for good and throws `message`.
   [[noreturn]] void abort(const std::string &message) {
     markFailed(message);
@@ -277,6 +322,7 @@ private:
 
   void waitFor(cudaStream_t stream) {
     auto deadline = Clock::now() + timeout;
+    std::optional<Clock::time_point> goneAt;
     while (true) {
       cudaError_t q = cudaStreamQuery(stream);
       if (q == cudaSuccess)
@@ -289,6 +335,12 @@ private:
       nccl.commGetAsyncError(comm, &async);
       if (async != ncclSuccess && async != ncclInProgress)
         abort(concat("asynchronous error: ", nccl.getErrorString(async)));
+      if (int peer = watch ? watch->first() : -1; peer >= 0) {
+        if (!goneAt)
+          goneAt = Clock::now();
+        else if (Clock::now() - *goneAt > kGoneGrace)
+          abort(watch->why(peer));
+      }
       if (Clock::now() > deadline)
         abort(concat("the transfer did not finish within ", timeout.count(),
                      " ms (a peer is gone or stuck)"));
@@ -303,6 +355,7 @@ private:
   cudaStream_t side = nullptr;
   void *records = nullptr;
   size_t recordBytes = 0;
+  std::unique_ptr<PeerWatch> watch;
 };
 
 } // namespace

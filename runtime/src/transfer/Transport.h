@@ -34,6 +34,18 @@ struct Op {
 
 /// Tags at and above this are the agreements'; pieces use their index.
 constexpr uint64_t kAgreementTag = uint64_t(1) << 62;
+/// The tag of the records a transport swaps to set up its PeerWatch.
+constexpr uint64_t kWatchTag = kAgreementTag - 1;
+
+/// What a transport says when a peer's connection ended, as every
+/// connection of a process that dies does: closed (the peer's end shut) or
+/// reset (it shut with bytes unread).
+inline std::string closedBy(int peer) {
+  return "rank " + std::to_string(peer) + " closed its connection";
+}
+inline std::string resetBy(int peer) {
+  return "connection reset by rank " + std::to_string(peer);
+}
 
 class Transport {
 public:
@@ -49,14 +61,18 @@ public:
   virtual bool selfOps() const = 0;
 
   /// Posts every op at once and returns when all completed. Throws a
-  /// StatusError (IO_ERROR for Gloo, DEVICE_ERROR for NCCL) when one fails
-  /// or the timeout passes; the transport is then closed (failed()).
+  /// StatusError (IO_ERROR for Gloo, DEVICE_ERROR for NCCL) when one fails,
+  /// when a peer is seen gone meanwhile (an update needs every rank) or
+  /// when the timeout passes; the transport is then closed (failed()).
   virtual void run(const std::vector<Op> &ops, void *stream) = 0;
 
   /// Sends `bytes` bytes at `mine` to every other rank and receives each
   /// one's into all + peer * bytes (and its own at all + rank * bytes).
   /// Never throws for a peer: errors[peer] says why that peer's record did
-  /// not come (empty when it did).
+  /// not come (empty when it did). Not cut short for a peer gone: with
+  /// Gloo only that peer's record fails and the ones still alive hear from
+  /// each other; NCCL, one group for all, loses every record when one
+  /// fails.
   virtual void exchange(const void *mine, size_t bytes, void *all, uint64_t tag,
                         std::vector<std::string> &errors) = 0;
 
