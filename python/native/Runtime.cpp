@@ -313,6 +313,7 @@ public:
     keep.clear();
     dims.clear();
     ++generation;
+    size_t next = 0;
     const TorchTypes &torch = torchTypes();
     if (!torch.tensorType.is_valid() || !PyList_Check(batch.ptr()))
       return nb::none();
@@ -332,10 +333,19 @@ public:
         PyErr_Clear();
         return nb::none();
       }
-      auto found = byName.find(std::string_view(utf8, size));
-      if (found == byName.end())
-        return nb::none();
-      uint32_t index = found->second;
+      // Trainers send in the checkpoint's order, the plan's: try the entry
+      // after the last one before hashing.
+      std::string_view key(utf8, size);
+      uint32_t index;
+      if (next < names.size() && names[next] == key) {
+        index = next;
+      } else {
+        auto found = byName.find(key);
+        if (found == byName.end())
+          return nb::none();
+        index = found->second;
+      }
+      next = index + 1;
       if (seen[index] == generation)
         return nb::none(); // sent twice
       seen[index] = generation;

@@ -13,9 +13,15 @@ namespace {
 
 nb::object attr(PyObject *o, PyObject *name) { return nb::steal(PyObject_GetAttr(o, name)); }
 
-/// torch.Tensor.`name`, called on `self` without looking it up on each.
-nb::object callMethod(PyObject *self, PyObject *name) {
-  return nb::steal(PyObject_CallMethodNoArgs(self, name));
+/// torch.Tensor's method `name`, looked up once.
+nb::object tensorMethod(PyObject *name) {
+  return nb::steal(PyObject_GetAttr(torchTypes().tensorType.ptr(), name));
+}
+
+/// `method(self)`, without looking the method up on `self`.
+nb::object callOn(const nb::object &method, PyObject *self) {
+  PyObject *args[] = {self};
+  return nb::steal(PyObject_Vectorcall(method.ptr(), args, 1, nullptr));
 }
 
 bool fail() {
@@ -54,28 +60,30 @@ bool loadplan_python::tensorMatches(PyObject *t, uint32_t dtype, const int64_t *
 
 const void *loadplan_python::tensorData(PyObject *t, uint32_t deviceType, int32_t deviceIndex,
                                         std::vector<nb::object> &keep) {
-  static PyObject *sIsCpu = attrName("is_cpu"), *sIsCuda = attrName("is_cuda"),
-                  *sGetDevice = attrName("get_device"), *sIsContiguous = attrName("is_contiguous"),
-                  *sContiguous = attrName("contiguous"), *sDataPtr = attrName("data_ptr");
+  static PyObject *sIsCpu = attrName("is_cpu"), *sIsCuda = attrName("is_cuda");
+  static nb::object getDevice = tensorMethod(attrName("get_device")),
+                    isContiguous = tensorMethod(attrName("is_contiguous")),
+                    contiguousOf = tensorMethod(attrName("contiguous")),
+                    dataPtr = tensorMethod(attrName("data_ptr"));
   bool cpu = deviceType == LOADPLAN_DEVICE_CPU;
   nb::object here = attr(t, cpu ? sIsCpu : sIsCuda);
   if (!here.is_valid() || here.ptr() != Py_True)
     return fail(), nullptr; // torch moves it first (the Python path)
   if (!cpu) {
-    nb::object device = callMethod(t, sGetDevice);
+    nb::object device = callOn(getDevice, t);
     if (!device.is_valid() || PyLong_AsLong(device.ptr()) != deviceIndex)
       return fail(), nullptr;
   }
-  nb::object source = nb::borrow(t), contiguous = callMethod(t, sIsContiguous);
+  nb::object source = nb::borrow(t), contiguous = callOn(isContiguous, t);
   if (!contiguous.is_valid())
     return fail(), nullptr;
   if (contiguous.ptr() != Py_True) {
-    source = callMethod(t, sContiguous);
+    source = callOn(contiguousOf, t);
     if (!source.is_valid())
       return fail(), nullptr;
     keep.push_back(source);
   }
-  nb::object data = callMethod(source.ptr(), sDataPtr);
+  nb::object data = callOn(dataPtr, source.ptr());
   if (!data.is_valid())
     return fail(), nullptr;
   return reinterpret_cast<const void *>(PyLong_AsUnsignedLongLong(data.ptr()));
