@@ -37,7 +37,8 @@ nccl=()
 if wheel=$("$python" -c "import nvidia.nccl as n; print(list(n.__path__)[0])" 2>/dev/null); then
   [ -f "$toolkit/include/nccl.h" ] || [ -f /usr/include/nccl.h ] ||
     nccl+=(-DLOADPLAN_NCCL_INCLUDE_DIR="$wheel/include")
-  ls "$toolkit"/lib*/libnccl.so.2 /usr/lib/*/libnccl.so.2 >/dev/null 2>&1 ||
+  compgen -G "$toolkit/lib*/libnccl.so.2" >/dev/null ||
+    compgen -G "/usr/lib/*/libnccl.so.2" >/dev/null ||
     nccl+=(-DLOADPLAN_NCCL_SHARED="$wheel/lib/libnccl.so.2")
 fi
 
