@@ -18,7 +18,7 @@
 #   bench/gpu_all.sh OUT --dry-run   anywhere else: everything but the GPU
 #
 # It ends within $LOADPLAN_GPU_SECONDS (default 330): a step that would run
-# past that is cut short, and says so.
+# past that is cut short and counts as failed.
 set -uo pipefail
 out="${1:?usage: bench/gpu_all.sh OUT [--dry-run]}"
 mode=()
