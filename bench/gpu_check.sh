@@ -1,52 +1,66 @@
 #!/usr/bin/env bash
-# One-shot GPU check of the runtime, for a machine with an NVIDIA GPU:
-# configures and builds runtime/ with the CUDA executor (sm_80 and sm_90),
-# runs the CUDA tests (which must run, not skip), then every runtime test,
-# then the GPU benchmark (device-to-device memcpy vs executor apply) and
-# prints its results. Arguments go to the benchmark (e.g. --layers=8).
+# The CUDA executor on a GPU, in one go: builds (bench/gpu_build.sh), then
 #
-# Needs cmake >= 3.20, a C++17 compiler, GoogleTest (libgtest-dev) and the
-# CUDA toolkit (nvcc at $CMAKE_CUDA_COMPILER, default /usr/local/cuda/bin/nvcc).
-# Build directory: $LOADPLAN_GPU_BUILD_DIR (default build-gpu).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-
-build="${LOADPLAN_GPU_BUILD_DIR:-build-gpu}"
-nvcc="${CMAKE_CUDA_COMPILER:-/usr/local/cuda/bin/nvcc}"
-if [ ! -x "$nvcc" ]; then
-  echo "gpu_check: no nvcc at $nvcc (set CMAKE_CUDA_COMPILER)" >&2
-  exit 1
-fi
-if command -v nvidia-smi >/dev/null; then
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-fi
-
-generator=()
-command -v ninja >/dev/null && generator=(-G Ninja)
-echo "== configure and build ($build)"
-mkdir -p "$build"
-cmake -S runtime -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DLOADPLAN_RUNTIME_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" \
-  -DCMAKE_CUDA_ARCHITECTURES="80;90" >"$build/configure.log" 2>&1 ||
-  { cat "$build/configure.log"; exit 1; }
-grep -q "CUDA executor ON" "$build/configure.log" ||
-  { echo "gpu_check: the CUDA executor is not configured" >&2; exit 1; }
-if [ ! -f "$build/tests/CTestTestfile.cmake" ]; then
-  echo "gpu_check: GoogleTest not found; install libgtest-dev" >&2
-  exit 1
-fi
-cmake --build "$build" -j "$(nproc)"
+#   1. the CUDA tests, which must run, not skip,
+#   2. bench/apply_cuda: Llama-3-8B at TP=2 and an MoE update of about
+#      25,000 names against device-to-device memcpy, launches per update,
+#   3. the Python CUDA tests (python/tests/test_cuda.py) with the runtime-only
+#      loadplan._native and the plans in .gpu/plans,
+#   4. bench/apply_cuda.py: load_planned against load_weights on CUDA,
+#   5. every runtime test (ctest), the measurements done.
+#
+# Logs in $LOADPLAN_GPU_LOGS (bench/gpu_common.sh): tests.log,
+# apply_cuda.log, apply_cuda_py.log. Arguments after --dry-run go to
+# bench/apply_cuda (e.g. --layers=8). --dry-run (first): a machine without a
+# GPU builds the same and runs what needs none (the CPU tests, the test
+# binaries whose GPU tests skip, the Python plans test, apply_cuda.py on
+# the CPU), each skipped part said in one line. Run bench/gpu_prepare.sh
+# first where the compiler is. Exits non-zero if anything failed.
+set -uo pipefail
+dry_run=0
+[ "${1:-}" = "--dry-run" ] && { dry_run=1; shift; }
+source "$(dirname "$0")/gpu_common.sh"
+gpu_start gpu_check
 
 echo "== CUDA tests"
-log="$build/cuda-tests.log"
-"$build/tests/loadplan_runtime_cuda_tests" --gtest_brief=1 2>&1 | tee "$log"
-if grep -q "SKIPPED" "$log"; then
-  echo "gpu_check: CUDA tests skipped: the process sees no GPU" >&2
-  exit 1
+timeout "$(limit 240)" "$bin/tests/loadplan_runtime_cuda_tests" --gtest_brief=1 \
+  --gtest_filter='Cuda.*' 2>&1 | tee "$logs/tests.log" || failed "CUDA tests"
+if grep -q "SKIPPED" "$logs/tests.log"; then
+  if [ "$gpus" -gt 0 ]; then failed "the CUDA tests skipped on a machine with a GPU"
+  else say "skipped: the CUDA tests that need a GPU (no GPU)"; fi
 fi
 
-echo "== all runtime tests"
-ctest --test-dir "$build" --output-on-failure -j "$(nproc)" | tail -n 3
+echo "== bench/apply_cuda"
+timeout "$(limit 300)" "$bin/bench/apply_cuda" "$@" 2>&1 | tee "$logs/apply_cuda.log"
+rc=${PIPESTATUS[0]}
+if [ "$rc" = 2 ] && [ "$gpus" = 0 ]; then say "skipped: bench/apply_cuda (no GPU)"
+elif [ "$rc" != 0 ]; then failed "bench/apply_cuda exited with $rc"; fi
 
-echo "== GPU benchmark"
-"$build/bench/apply_cuda" "$@"
+if [ -d "$site" ]; then
+  echo "== Python CUDA tests"
+  timeout "$(limit 300)" "${py[@]}" -m pytest -q -rs -p no:cacheprovider \
+    python/tests/test_cuda.py 2>&1 | tee -a "$logs/tests.log" || failed "the Python CUDA tests"
+  if grep -q "SKIPPED.*needs a CUDA device" "$logs/tests.log"; then
+    if [ "$gpus" -gt 0 ]; then failed "the Python CUDA tests skipped on a machine with a GPU"
+    else say "skipped: the Python tests that need a GPU (no GPU)"; fi
+  fi
+
+  echo "== bench/apply_cuda.py"
+  if [ "$gpus" -gt 0 ]; then
+    timeout "$(limit 360)" "${py[@]}" bench/apply_cuda.py 2>&1 |
+      tee "$logs/apply_cuda_py.log" || failed "bench/apply_cuda.py"
+  else
+    say "skipped: bench/apply_cuda.py on CUDA (no GPU); its tiny model on the CPU instead:"
+    "${py[@]}" bench/apply_cuda.py --device cpu --models llama-tiny --repeat 3 2>&1 |
+      tee "$logs/apply_cuda_py.log" || failed "bench/apply_cuda.py on the CPU"
+  fi
+else
+  say "skipped: the Python CUDA tests and bench/apply_cuda.py (loadplan._native did not build)"
+fi
+
+echo "== all runtime tests (ctest)"
+timeout "$(limit 300)" ctest --test-dir "$bin" --output-on-failure -j "$(nproc)" \
+  --timeout 240 >>"$logs/tests.log" 2>&1 || failed "ctest (see tests.log)"
+grep -E "tests passed|tests failed" "$logs/tests.log" | tail -n 1
+
+exit "$status"

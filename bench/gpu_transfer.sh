@@ -1,71 +1,53 @@
 #!/usr/bin/env bash
-# One-shot GPU check of the transfers, for a machine with NVIDIA GPUs:
-# configures and builds runtime/ with the CUDA executor and the NCCL
-# transport, runs the NCCL transfer tests (the one-GPU test must run, not
-# skip; with two GPUs or more, one sender and TP receivers run one per GPU),
-# then every runtime test, then, where the repository's .venv has a CUDA
-# torch and there are at least 3 GPUs, bench/transfer over NCCL: a TP=S
-# trainer to a TP=R engine, one GPU per rank (S=2, R=4 with 6 GPUs; S=1,
-# R=2 with 3). Arguments go to bench/transfer (e.g. --layers=24).
+# The transfers over NCCL on GPUs, in one go: builds (bench/gpu_build.sh),
+# then
 #
-# Needs cmake >= 3.20, a C++17 compiler, GoogleTest (libgtest-dev), the CUDA
-# toolkit with nccl.h (nvcc at $CMAKE_CUDA_COMPILER, default
-# /usr/local/cuda/bin/nvcc) and libnccl.so.2 at run time. Build directory:
-# $LOADPLAN_GPU_BUILD_DIR (default build-gpu-transfer).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-
-build="${LOADPLAN_GPU_BUILD_DIR:-build-gpu-transfer}"
-nvcc="${CMAKE_CUDA_COMPILER:-/usr/local/cuda/bin/nvcc}"
-if [ ! -x "$nvcc" ]; then
-  echo "gpu_transfer: no nvcc at $nvcc (set CMAKE_CUDA_COMPILER)" >&2
-  exit 1
-fi
-gpus=0
-if command -v nvidia-smi >/dev/null; then
-  nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
-  gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
-fi
-
-generator=()
-command -v ninja >/dev/null && generator=(-G Ninja)
-echo "== configure and build ($build)"
-mkdir -p "$build"
-cmake -S runtime -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DLOADPLAN_RUNTIME_CUDA=ON -DLOADPLAN_RUNTIME_NCCL=ON \
-  -DLOADPLAN_RUNTIME_BENCH=OFF -DCMAKE_CUDA_COMPILER="$nvcc" \
-  -DCMAKE_CUDA_ARCHITECTURES="80;90" >"$build/configure.log" 2>&1 ||
-  { cat "$build/configure.log"; exit 1; }
-grep -q "NCCL transport ON" "$build/configure.log" ||
-  { echo "gpu_transfer: the NCCL transport is not configured" >&2; exit 1; }
-if [ ! -f "$build/tests/CTestTestfile.cmake" ]; then
-  echo "gpu_transfer: GoogleTest not found; install libgtest-dev" >&2
-  exit 1
-fi
-cmake --build "$build" -j "$(nproc)"
+#   1. the NCCL transfer tests: on one GPU one rank sends to itself through
+#      the same code (NCCL refuses two ranks on one device), which must run,
+#      not skip; with two GPUs or more, one sender and TP receivers, one GPU
+#      each;
+#   2. with two GPUs or more, bench/transfer over NCCL, one GPU per rank,
+#      with the runtime-only loadplan._native and the receivers' plans from
+#      .gpu/plans: bytes moved against bytes needed, and each engine's time
+#      against full broadcast. 2 GPUs: a TP=1 trainer to rank 0 of a TP=2
+#      engine; 3 to 5: TP=1 to TP=2; 6 or more: TP=2 to TP=4.
+#
+# Log in $LOADPLAN_GPU_LOGS (bench/gpu_common.sh): nccl.log. Arguments after
+# --dry-run go to bench/transfer (e.g. --layers=24). --dry-run (first): a
+# machine without a GPU builds the same and runs the test binary, whose GPU
+# tests skip, each skipped part said in one line. Run bench/gpu_prepare.sh
+# first where the compiler is. Exits non-zero if anything failed.
+set -uo pipefail
+dry_run=0
+[ "${1:-}" = "--dry-run" ] && { dry_run=1; shift; }
+source "$(dirname "$0")/gpu_common.sh"
+gpu_start gpu_transfer
 
 echo "== NCCL transfer tests"
-log="$build/nccl-tests.log"
-"$build/tests/loadplan_runtime_cuda_tests" --gtest_filter='NcclTransfer.*' | tee "$log"
-if grep -q "SKIPPED \] NcclTransfer.OneRankSendsToItselfForEveryEngine" "$log"; then
-  echo "gpu_transfer: the NCCL test skipped (NCCL did not load or no GPU)" >&2
-  exit 1
+if ! grep -q "NCCL transport ON" "$bin/configure.log"; then
+  failed "the runtime was built without the NCCL transport (no nccl.h found)"
+  exit "$status"
 fi
-
-echo "== all runtime tests"
-ctest --test-dir "$build" --output-on-failure -j 4
+timeout "$(limit 180)" "$bin/tests/loadplan_runtime_cuda_tests" \
+  --gtest_filter='NcclTransfer.*' 2>&1 | tee "$logs/nccl.log" || failed "the NCCL tests"
+if grep -q "SKIPPED \] NcclTransfer.OneRankSendsToItselfForEveryEngine" "$logs/nccl.log"; then
+  if [ "$gpus" -gt 0 ]; then failed "the one-GPU NCCL test skipped (NCCL did not load?)"
+  else say "skipped: the NCCL tests that need a GPU (no GPU)"; fi
+fi
 
 echo "== bench/transfer over NCCL"
-if [ "$gpus" -lt 3 ]; then
-  echo "gpu_transfer: $gpus GPUs; the benchmark needs one per rank (3 or more)"
-  exit 0
+if [ "$gpus" -lt 2 ]; then
+  say "skipped: bench/transfer over NCCL needs two GPUs, one per rank (NCCL refuses two" \
+      "ranks on one device); this machine has $gpus"
+  exit "$status"
 fi
-if ! .venv/bin/python -c "import torch, loadplan; assert torch.cuda.is_available()" 2>/dev/null; then
-  echo "gpu_transfer: .venv has no CUDA torch or no loadplan (run scripts/setup); skipping"
-  exit 0
+if [ ! -d "$site" ]; then
+  say "skipped: bench/transfer (loadplan._native did not build)"
+  exit "$status"
 fi
-if [ "$gpus" -ge 6 ]; then
-  bench/transfer --backend nccl --senders 2 --receivers 4 "$@"
-else
-  bench/transfer --backend nccl --senders 1 --receivers 2 "$@"
-fi
+if [ "$gpus" -ge 6 ]; then ranks=(--senders 2 --receivers 4)
+elif [ "$gpus" -ge 3 ]; then ranks=(--senders 1 --receivers 2)
+else ranks=(--senders 1 --receivers 1 --engine-tp 2); fi
+timeout "$(limit 300)" "${py[@]}" bench/transfer --backend nccl --plans .gpu/plans \
+  "${ranks[@]}" "$@" 2>&1 | tee -a "$logs/nccl.log" || failed "bench/transfer over NCCL"
+exit "$status"

@@ -146,6 +146,12 @@ class Binding:
         """CPU executor threads (1 for CUDA)."""
         return self._native.num_threads
 
+    def stats(self) -> dict[str, int]:
+        """What the applies so far did, as the runtime counts it:
+        ``applies`` (those that passed their checks), and what CUDA applies
+        enqueued, ``kernel_launches`` and ``memcpy_calls`` (0 on the CPU)."""
+        return self._native.stats()
+
     def close(self) -> None:
         self._native.close()
 

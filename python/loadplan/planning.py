@@ -118,3 +118,50 @@ def plan_loads(
                     dumped=paths)
     log_report(plan)
     return plan
+
+
+def plan_or_load(
+    model: torch.nn.Module,
+    metadata: Iterable[ParamMeta],
+    path: str | os.PathLike,
+    **kwargs,
+) -> LoadPlan:
+    """The plan in the file ``path`` if there is one, read and bound to
+    ``model`` (``LoadPlan.load``: no tracing, no compiler); else
+    ``plan_loads(model, metadata, **kwargs)``, saved to ``path``.
+
+    For a process that restarts with the same model and rank, and for a
+    machine whose ``loadplan._native`` was built without the compiler
+    (``LOADPLAN_BUILD_COMPILER=OFF``), given plans made and saved elsewhere
+    with the same call. As with ``LoadPlan.load``, the file says nothing of
+    which rank it was made for (one path per rank), and ``model`` should
+    have been loaded once by its own loader when the file is read.
+
+    Raises:
+        ValueError: the file was made for another checkpoint than
+            ``metadata`` (names, dtypes or shapes).
+        And what ``LoadPlan.load`` and ``plan_loads`` raise.
+    """
+    path = Path(path)
+    if not path.exists():
+        plan = plan_loads(model, metadata, **kwargs)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        plan.save(path)
+        return plan
+    plan = LoadPlan.load(path, model)
+    metas = checks.declare(metadata)
+    for m in metas.values():
+        e = plan.entries.get(m.name)
+        if e is None or e.dtype != m.dtype or e.shape != tuple(m.shape):
+            got = "no such name" if e is None else f"{e.dtype} {list(e.shape)}"
+            raise ValueError(
+                f"load plan: {path} was made for another checkpoint: {m.name!r} is "
+                f"{m.dtype} {list(m.shape)} in the metadata but the plan has {got}"
+            )
+    if len(plan.entries) != len(metas):
+        extra = [n for n in plan.entries if n not in metas][:3]
+        raise ValueError(
+            f"load plan: {path} was made for another checkpoint: the plan has "
+            f"{len(plan.entries)} names, the metadata {len(metas)} (e.g. {extra})"
+        )
+    return plan

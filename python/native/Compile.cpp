@@ -116,6 +116,8 @@ loadplan_python::compile(const std::string &ir, const std::string &sourceName,
   return result;
 }
 
+const char *loadplan_python::compilerMissing() { return nullptr; }
+
 std::string loadplan_python::planJson(const loadplan_format::Plan &plan) {
   std::string out;
   llvm::raw_string_ostream os(out);

@@ -39,6 +39,11 @@ CompileResult compile(const std::string &ir, const std::string &sourceName,
 /// The compiler's JSON of a plan (what --loadplan-emit-plan-json writes).
 std::string planJson(const loadplan_format::Plan &plan);
 
+/// nullptr where the module has the compiler; else why it cannot compile
+/// (built with LOADPLAN_BUILD_COMPILER=OFF: compile() fails with this
+/// message and planJson() is empty).
+const char *compilerMissing();
+
 } // namespace loadplan_python
 
 #endif // LOADPLAN_PYTHON_COMPILE_H

@@ -62,6 +62,8 @@ NB_MODULE(_native, m) {
       "'report', 'ir' (the compiled module, '' unless print_ir) and "
       "'remarks'. Raises CompileError with the diagnostics.");
 
+  m.attr("HAS_COMPILER") = loadplan_python::compilerMissing() == nullptr;
+
   loadplan_python::defineRuntime(m);
   loadplan_python::defineTransfer(m);
 }

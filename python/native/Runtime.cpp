@@ -22,6 +22,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -231,7 +232,11 @@ struct PlanMethods {
   }
 
   /// The compiler's JSON of this plan.
-  static std::string json(const Plan &p) { return planJson(toFormat(p)); }
+  static std::string json(const Plan &p) {
+    if (const char *missing = compilerMissing())
+      throw std::runtime_error(std::string("load plan: ") + missing);
+    return planJson(toFormat(p));
+  }
 
   /// The targets some write goes to, in plan order.
   static std::vector<uint32_t> writtenTargets(const Plan &p) {
@@ -398,6 +403,16 @@ public:
     std::vector<nb::object> held = std::move(keep);
     keep.clear();
     run(loadplan_apply_tensors, in, stream);
+  }
+
+  nb::dict stats() const {
+    loadplan_binding_stats_t s;
+    check(loadplan_binding_stats(get(), &s));
+    nb::dict out;
+    out["applies"] = s.applies;
+    out["kernel_launches"] = s.kernel_launches;
+    out["memcpy_calls"] = s.memcpy_calls;
+    return out;
   }
 
   /// tensors: (name, data, dtype, shape) per full tensor.
@@ -652,6 +667,9 @@ void loadplan_python::defineRuntime(nb::module_ &m) {
            "dtype, shape, stride) per target) on a device (0: CPU, 1: CUDA); "
            "num_threads 0 means all hardware threads.")
       .def_prop_ro("num_threads", &Binding::numThreads)
+      .def("stats", &Binding::stats,
+           "What the applies so far did: applies, kernel_launches, "
+           "memcpy_calls (loadplan_binding_stats).")
       .def("apply_tensors", &Binding::applyTensors, nb::arg("tensors"),
            nb::arg("stream") = 0,
            "Applies full tensors, (name, data, dtype, shape) each, in one "

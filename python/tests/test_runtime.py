@@ -178,6 +178,8 @@ def test_a_box_batch_needs_every_box_of_a_name(loader_model):
     assert not model.p.any()
     binding.apply_boxes([("w", second, w[4:]), ("w", first, w[:2])])
     assert torch.equal(model.p, torch.cat([w[:2], w[4:]]))
+    # The refused batch does not count; the CPU launches nothing.
+    assert binding.stats() == {"applies": 1, "kernel_launches": 0, "memcpy_calls": 0}
 
 
 def test_runtime_unavailable_falls_back_to_torch_copies(monkeypatch, caplog):
@@ -378,29 +380,25 @@ def test_a_loaded_plan_refuses_a_model_whose_tensors_moved(tmp_path):
         loadplan.load_planned(started(llama), loaded, [])
 
 
-# ---------------------------------------------------------------------------
-# CUDA (the runtime's CUDA executor)
-
-
-@pytest.mark.skipif(not _runtime.cuda_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("source", ["cuda", "pinned", "pageable"])
-def test_load_planned_on_cuda(source):
+def test_plan_or_load_plans_once_then_reads_the_file(tmp_path):
     kw = dict(tp_rank=1, tp_size=2)
-    model, metas = llama.make(**kw, device="cuda")
-    plan = loadplan.plan_loads(model, metas)
-    weights = loadplan.random_weights(metas, seed=8)
-    if source == "cuda":
-        sent = [(n, t.cuda()) for n, t in weights]
-    elif source == "pinned":
-        sent = [(n, t.pin_memory()) for n, t in weights]
-    else:
-        sent = weights
-    loadplan.load_planned(model, plan, sent)
-    torch.cuda.synchronize()
-    assert plan.binding.device.type == "cuda"
-    want, _ = llama.make(**kw, device="cuda")
-    loadplan.plan_loads(want, metas)
+    path = tmp_path / "plans" / "llama.plan"
+    model, metas = llama.make(**kw)
+    made = loadplan.plan_or_load(model, metas, path)
+    assert path.read_bytes() == made.plan_bytes
+    fresh = started(llama, **kw)
+    read = loadplan.plan_or_load(fresh, metas, path)
+    assert "loaded from" in read.report
+    weights = loadplan.random_weights(metas, seed=4)
+    loadplan.load_planned(fresh, read, weights)
+    want = started(llama, **kw)
     with torch.no_grad():
-        want.load_weights([(n, t.cuda()) for n, t in weights])
-    torch.cuda.synchronize()
-    same_bytes(model.cpu(), want.cpu())
+        want.load_weights(weights)
+    same_bytes(fresh, want)
+
+    _, wider = llama.make(**kw, hidden_size=64)
+    with pytest.raises(ValueError, match=r"made for another checkpoint: 'model.embed_tokens"
+                                         r".weight' is torch.bfloat16 \[100, 64\]"):
+        loadplan.plan_or_load(started(llama, **kw), wider, path)
+    with pytest.raises(ValueError, match="the plan has 21 names, the metadata 20"):
+        loadplan.plan_or_load(started(llama, **kw), metas[:-1], path)

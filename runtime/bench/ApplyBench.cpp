@@ -13,7 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "LlamaPlan.h"
+#include "ModelPlans.h"
 
 #include "../src/host/ThreadPool.h"
 

@@ -212,6 +212,13 @@ void Binding::run(SourceForm form, void *stream) {
   Batch b = batch(form);
   executor->checkSources(b);
   executor->run(b, stream);
+  ++applies;
+}
+
+loadplan_binding_stats_t Binding::stats() {
+  std::lock_guard<std::mutex> lock(mutex);
+  DeviceWork work = executor->deviceWork();
+  return {applies, work.kernelLaunches, work.memcpyCalls};
 }
 
 template <typename Input, typename CheckInput>

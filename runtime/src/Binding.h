@@ -37,6 +37,8 @@ public:
   void applyBoxes(const loadplan_box_t *boxes, size_t count, void *stream);
 
   uint32_t numThreads() const { return executor->numThreads(); }
+  /// What the applies so far have done (loadplan_binding_stats).
+  loadplan_binding_stats_t stats();
 
 private:
   /// Checks a batch whole, then copies it: `checkInput` checks one input
@@ -66,6 +68,8 @@ private:
   /// `stamp`; bumping `stamp` clears all marks at once.
   std::vector<uint32_t> entryStamp, boxStamp;
   uint32_t stamp = 0;
+  /// Applies that passed their checks and ran.
+  uint64_t applies = 0;
   /// Which input of the batch named each entry or box.
   std::vector<uint32_t> entryInput, boxInput, entryBoxCount;
   std::vector<uint32_t> active;

@@ -32,10 +32,19 @@ struct Batch {
   const void *describeContext;
 };
 
+/// What an executor has put on a device's streams so far.
+struct DeviceWork {
+  uint64_t kernelLaunches = 0;
+  /// cudaMemcpyAsync and cudaMemcpy2DAsync calls.
+  uint64_t memcpyCalls = 0;
+};
+
 class Executor {
 public:
   virtual ~Executor() = default;
   virtual uint32_t numThreads() const = 0;
+  /// Zero for executors that run on the host.
+  virtual DeviceWork deviceWork() const { return {}; }
   /// Throws INVALID_UPDATE for a source the executor cannot read.
   virtual void checkSources(const Batch &batch) = 0;
   /// Copies every write of the batch's entries.

@@ -277,6 +277,15 @@ loadplan_status_t loadplan_binding_num_threads(const loadplan_binding_t *binding
   });
 }
 
+loadplan_status_t loadplan_binding_stats(loadplan_binding_t *binding,
+                                         loadplan_binding_stats_t *out_stats) {
+  return guard([&] {
+    require(binding && binding->binding, "binding is NULL");
+    require(out_stats, "out_stats is NULL");
+    *out_stats = binding->binding->stats();
+  });
+}
+
 //===----------------------------------------------------------------------===//
 // Applying an update
 //===----------------------------------------------------------------------===//

@@ -130,6 +130,15 @@ BindingPtr bindCuda(loadplan_plan_t *plan, DeviceStorages &storages) {
   return BindingPtr(raw);
 }
 
+/// Applies `u` from its boxes or its full tensors.
+loadplan_status_t applyUpdate(loadplan_binding_t *binding, const Update &u,
+                              bool boxes, cudaStream_t stream) {
+  return boxes ? loadplan_apply_boxes(binding, u.boxArgs.data(),
+                                      u.boxArgs.size(), stream)
+               : loadplan_apply_tensors(binding, u.tensorArgs.data(),
+                                        u.tensorArgs.size(), stream);
+}
+
 void checkOnDevice(const TestPlan &p, Where where, bool boxes,
                    std::mt19937_64 &rng) {
   PlanPtr plan = openPlan(p);
@@ -144,12 +153,7 @@ void checkOnDevice(const TestPlan &p, Where where, bool boxes,
   PlacedUpdate placed(u, where);
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
-  loadplan_status_t status =
-      boxes ? loadplan_apply_boxes(binding.get(), u.boxArgs.data(),
-                                   u.boxArgs.size(), stream)
-            : loadplan_apply_tensors(binding.get(), u.tensorArgs.data(),
-                                     u.tensorArgs.size(), stream);
-  ASSERT_TRUE(isOk(status));
+  ASSERT_TRUE(isOk(applyUpdate(binding.get(), u, boxes, stream)));
   CUDA_OK(cudaStreamSynchronize(stream));
   CUDA_OK(cudaStreamDestroy(stream));
   auto got = storages.download();
@@ -230,6 +234,39 @@ TEST(Cuda, RefusedBatchesLeaveDeviceMemoryAlone) {
                       LOADPLAN_STATUS_INVALID_UPDATE, "sent twice"));
   CUDA_OK(cudaDeviceSynchronize());
   EXPECT_EQ(storages.download(), host.storages);
+}
+
+/// The binding's counts after one apply of a random plan from `where`.
+loadplan_binding_stats_t statsAfterOneApply(Where where, bool boxes) {
+  RandomPlanBuilder builder(41);
+  TestPlan p = builder.buildLarge(2053, 1031);
+  PlanPtr plan = openPlan(p);
+  Memory host(p);
+  DeviceStorages storages(p, host);
+  BindingPtr binding = bindCuda(plan.get(), storages);
+  Update u = makeUpdate(p, builder.rng);
+  PlacedUpdate placed(u, where);
+  EXPECT_TRUE(isOk(applyUpdate(binding.get(), u, boxes, nullptr)));
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  loadplan_binding_stats_t stats{};
+  EXPECT_TRUE(isOk(loadplan_binding_stats(binding.get(), &stats)));
+  return stats;
+}
+
+TEST(Cuda, AnApplyFromDeviceMemoryIsOneCopyAndOneKernel) {
+  SKIP_WITHOUT_GPU();
+  for (bool boxes : {false, true}) {
+    loadplan_binding_stats_t stats = statsAfterOneApply(Where::Device, boxes);
+    EXPECT_EQ(stats.applies, 1u);
+    EXPECT_EQ(stats.kernel_launches, 1u);
+    EXPECT_EQ(stats.memcpy_calls, 1u);
+  }
+  // From pinned host memory the contiguous box goes to the copy engine (one
+  // more call) and the transposed one to the kernel.
+  loadplan_binding_stats_t stats = statsAfterOneApply(Where::Pinned, true);
+  EXPECT_EQ(stats.applies, 1u);
+  EXPECT_EQ(stats.kernel_launches, 1u);
+  EXPECT_EQ(stats.memcpy_calls, 2u);
 }
 
 TEST(Cuda, BackToBackUpdatesOnTwoStreams) {

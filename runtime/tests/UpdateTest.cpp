@@ -67,6 +67,24 @@ TEST_F(UpdateTest, EmptyBatchWritesNothing) {
   EXPECT_TRUE(untouched());
 }
 
+TEST_F(UpdateTest, StatsCountAppliesAndNoLaunchesOnTheCpu) {
+  ASSERT_TRUE(isOk(applyTensors(update.tensorArgs)));
+  ASSERT_TRUE(isOk(applyBoxes(update.boxArgs)));
+  auto twice = update.tensorArgs;
+  twice.push_back(twice[0]);
+  EXPECT_TRUE(isError(applyTensors(twice), LOADPLAN_STATUS_INVALID_UPDATE,
+                      "sent twice"));
+  loadplan_binding_stats_t stats;
+  ASSERT_TRUE(isOk(loadplan_binding_stats(binding.get(), &stats)));
+  EXPECT_EQ(stats.applies, 2u);
+  EXPECT_EQ(stats.kernel_launches, 0u);
+  EXPECT_EQ(stats.memcpy_calls, 0u);
+  EXPECT_TRUE(isError(loadplan_binding_stats(binding.get(), nullptr),
+                      LOADPLAN_STATUS_INVALID_ARGUMENT, "out_stats is NULL"));
+  EXPECT_TRUE(isError(loadplan_binding_stats(nullptr, &stats),
+                      LOADPLAN_STATUS_INVALID_ARGUMENT, "binding is NULL"));
+}
+
 TEST_F(UpdateTest, UnknownName) {
   auto batch = update.tensorArgs;
   batch.push_back(batch[0]);

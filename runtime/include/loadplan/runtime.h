@@ -263,6 +263,22 @@ LOADPLAN_API void loadplan_binding_release(loadplan_binding_t *binding);
 LOADPLAN_API loadplan_status_t loadplan_binding_num_threads(const loadplan_binding_t *binding,
                                                             uint32_t *out_num_threads);
 
+/* What a binding's applies have cost so far, counted by the runtime (no
+ * profiler needed). A CUDA apply enqueues on the caller's stream one
+ * cudaMemcpyAsync of its copy records and one copy kernel (one more per
+ * 2^30 chunks of 64 KiB), and one cudaMemcpy2DAsync per copy from pinned
+ * host memory with rows of 4 KiB or more; an apply that moves nothing
+ * enqueues nothing. The CPU executor launches nothing. */
+typedef struct loadplan_binding_stats_t {
+  uint64_t applies;         /* apply calls that passed their checks */
+  uint64_t kernel_launches; /* copy kernels launched */
+  uint64_t memcpy_calls;    /* cudaMemcpyAsync and cudaMemcpy2DAsync calls */
+} loadplan_binding_stats_t;
+
+/* Serialized with the binding's applies. */
+LOADPLAN_API loadplan_status_t loadplan_binding_stats(loadplan_binding_t *binding,
+                                                      loadplan_binding_stats_t *out_stats);
+
 /*===----------------------------------------------------------------------===*
  * Applying an update
  *===----------------------------------------------------------------------===*/

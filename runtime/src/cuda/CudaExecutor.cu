@@ -114,6 +114,7 @@ public:
   }
 
   uint32_t numThreads() const override { return 1; }
+  DeviceWork deviceWork() const override { return work; }
 
   void checkSources(const Batch &batch) override {
     DeviceGuard guard(device);
@@ -171,6 +172,7 @@ public:
                           numActive * sizeof(DeviceActive),
                           cudaMemcpyHostToDevice, s),
           "cudaMemcpyAsync");
+    ++work.memcpyCalls;
     checkCuda(cudaEventRecord(staged, s), "cudaEventRecord");
     for (uint64_t first = 0; first < chunks; first += kMaxBlocksPerLaunch) {
       auto blocks =
@@ -178,6 +180,7 @@ public:
       copyKernel<<<blocks, kDeviceBlockThreads, 0, s>>>(
           p.table, activeOnDevice, numActive, first);
       checkCuda(cudaGetLastError(), "launching the copy kernel");
+      ++work.kernelLaunches;
     }
     checkCuda(cudaEventRecord(finished, s), "cudaEventRecord");
     pending = true;
@@ -238,6 +241,7 @@ private:
                             reinterpret_cast<const void *>(src + c.srcOffset),
                             srcPitch, c.run, c.rows, cudaMemcpyDefault, s),
           "cudaMemcpy2DAsync");
+    ++work.memcpyCalls;
     return true;
   }
 
@@ -248,6 +252,7 @@ private:
   DeviceActive *activeOnDevice = nullptr;
   cudaEvent_t staged = nullptr, finished = nullptr;
   bool pending = false;
+  DeviceWork work;
   std::vector<Memory> entryMemory, boxMemory;
   std::vector<uint64_t> entryAddress, boxAddress;
 };
