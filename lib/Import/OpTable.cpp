@@ -47,6 +47,15 @@ static int64_t dimInput(const schema::Node &node, const std::string &name,
   return normalizeDim(intInput(node, name, position).value_or(fallback), rank);
 }
 
+/// dimInput for an op that reads the size of that dim, which a 0-dim tensor
+/// does not have (torch refuses such a call; a hostile program may not).
+static int64_t sizedDimInput(const schema::Node &node, const std::string &name,
+                             size_t position, int64_t rank) {
+  if (rank == 0)
+    fail("'" + node.get_target() + "' takes a dim of a 0-dim tensor");
+  return dimInput(node, name, position, rank);
+}
+
 //===----------------------------------------------------------------------===//
 // Ops known by name alone
 //===----------------------------------------------------------------------===//
@@ -94,7 +103,7 @@ bool torch_export::isInPlace(std::string_view packet) {
 static std::optional<Layout> sliceScatter(const schema::Node &node,
                                           const Layout &base) {
   Layout out = base;
-  int64_t dim = dimInput(node, "dim", 2, base.rank());
+  int64_t dim = sizedDimInput(node, "dim", 2, base.rank());
   int64_t size = base.sizes[dim];
   int64_t start = intInput(node, "start", 3).value_or(0);
   int64_t end = intInput(node, "end", 4).value_or(kInt64Max);
@@ -117,7 +126,7 @@ static std::optional<Layout> sliceScatter(const schema::Node &node,
 static std::optional<Layout> selectScatter(const schema::Node &node,
                                            const Layout &base) {
   Layout out = base;
-  int64_t dim = dimInput(node, "dim", 2, base.rank());
+  int64_t dim = sizedDimInput(node, "dim", 2, base.rank());
   int64_t i = intInput(node, "index", 3).value_or(0);
   if (i < 0)
     i += base.sizes[dim];
@@ -207,7 +216,7 @@ static std::vector<ViewOp> copyOf(const ViewOperands &op) {
 /// split, chunk, ...: one slice of the split dim per output.
 static std::vector<ViewOp> splitOf(const ViewOperands &op) {
   int64_t rank = op.src.layout.rank();
-  int64_t dim = dimInput(op.node, "dim", 2, rank);
+  int64_t dim = sizedDimInput(op.node, "dim", 2, rank);
   std::vector<ViewOp> views;
   int64_t start = 0;
   for (const Meta &out : op.outs) {
@@ -222,7 +231,7 @@ static std::vector<ViewOp> splitOf(const ViewOperands &op) {
 
 /// unbind: one select of the unbound dim per output.
 static std::vector<ViewOp> unbindOf(const ViewOperands &op) {
-  int64_t dim = dimInput(op.node, "dim", 1, op.src.layout.rank());
+  int64_t dim = sizedDimInput(op.node, "dim", 1, op.src.layout.rank());
   std::vector<ViewOp> views;
   for (size_t k = 0; k < op.outs.size(); ++k)
     views.push_back(selectOp(dim, static_cast<int64_t>(k)));
@@ -230,7 +239,7 @@ static std::vector<ViewOp> unbindOf(const ViewOperands &op) {
 }
 
 static std::vector<ViewOp> sliceOf(const ViewOperands &op) {
-  int64_t dim = dimInput(op.node, "dim", 1, op.src.layout.rank());
+  int64_t dim = sizedDimInput(op.node, "dim", 1, op.src.layout.rank());
   int64_t start = intInput(op.node, "start", 2).value_or(0);
   int64_t end = intInput(op.node, "end", 3).value_or(kInt64Max);
   int64_t step = intInput(op.node, "step", 4).value_or(1);
@@ -238,7 +247,7 @@ static std::vector<ViewOp> sliceOf(const ViewOperands &op) {
 }
 
 static std::vector<ViewOp> narrowOf(const ViewOperands &op) {
-  int64_t dim = dimInput(op.node, "dim", 1, op.src.layout.rank());
+  int64_t dim = sizedDimInput(op.node, "dim", 1, op.src.layout.rank());
   int64_t start = intInput(op.node, "start", 2).value_or(0);
   if (start < 0)
     start += op.src.layout.sizes[dim];
@@ -247,7 +256,7 @@ static std::vector<ViewOp> narrowOf(const ViewOperands &op) {
 }
 
 static std::vector<ViewOp> selectOf(const ViewOperands &op) {
-  int64_t dim = dimInput(op.node, "dim", 1, op.src.layout.rank());
+  int64_t dim = sizedDimInput(op.node, "dim", 1, op.src.layout.rank());
   int64_t index = intInput(op.node, "index", 2).value_or(0);
   return one(selectOp(dim, index));
 }
@@ -333,7 +342,7 @@ static std::vector<ViewOp> flattenOf(const ViewOperands &op) {
 }
 
 static std::vector<ViewOp> unflattenOf(const ViewOperands &op) {
-  int64_t dim = dimInput(op.node, "dim", 1, op.src.layout.rank());
+  int64_t dim = sizedDimInput(op.node, "dim", 1, op.src.layout.rank());
   return one({"unflatten", "dim " + std::to_string(dim)});
 }
 

@@ -365,6 +365,19 @@ def test_not_a_torch_export_archive(archive, tmp_path):
     assert "not a torch.export archive" in _translate_error(path)
 
 
+def test_a_dim_of_a_0_dim_tensor_is_an_error(archive, tmp_path):
+    def scalar_weight(program):
+        graph = program["graph_module"]["graph"]
+        for node in graph["nodes"]:
+            if "slice" in node["target"]:
+                name = node["inputs"][0]["arg"]["as_tensor"]["name"]
+                meta = graph["tensor_values"][name]
+                meta["sizes"], meta["strides"] = [], []
+
+    path = _rewrite(archive, tmp_path / "scalar.pt2", _edit_program(scalar_weight))
+    assert "of a 0-dim tensor" in _translate_error(path)
+
+
 def test_node_with_undefined_value(archive, tmp_path):
     def break_node(program):
         node = program["graph_module"]["graph"]["nodes"][0]
