@@ -68,18 +68,14 @@ def _rank_env() -> dict[str, str]:
                 os.environ.get("PYTHONPATH", ""))
 
 
-def _launch(launch: str, tmp_path: Path) -> dict[str, list[dict]]:
-    """Runs ``launch``'s scenarios on its ranks and returns, per scenario,
-    each taking rank's result; fails on a timeout or a crash."""
-    world, names = LAUNCHES[launch]
-    ports = [_free_port() for _ in names]
+def launch_ranks(world: int, code: str, tmp_path: Path, label: str) -> list[dict]:
+    """Runs ``code`` (Python with ``{rank}`` in it) in ``world`` processes,
+    rank by rank, and returns each rank's ``rank<r>.json`` in ``tmp_path``;
+    fails on a timeout or a crash."""
     env = _rank_env()
-    procs = []
-    for rank in range(world):
-        code = (f"import test_transfer as t; t._rank_main({names!r}, {rank}, {world}, "
-                f"{str(tmp_path)!r}, {ports!r})")
-        procs.append(subprocess.Popen([sys.executable, "-c", code], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    procs = [subprocess.Popen([sys.executable, "-c", code.format(rank=rank)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for rank in range(world)]
     deadline = time.monotonic() + RANK_TIMEOUT
     outputs = [""] * world
     timed_out = False
@@ -98,8 +94,18 @@ def _launch(launch: str, tmp_path: Path) -> dict[str, list[dict]]:
     failed = [r for r, p in enumerate(procs) if p.returncode != 0]
     if timed_out or failed:
         logs = "\n".join(f"--- rank {r}\n{outputs[r][-3000:]}" for r in range(world))
-        pytest.fail(f"{launch}: {'timed out' if timed_out else f'ranks {failed} failed'}\n{logs}")
-    per_rank = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
+        pytest.fail(f"{label}: {'timed out' if timed_out else f'ranks {failed} failed'}\n{logs}")
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def _launch(launch: str, tmp_path: Path) -> dict[str, list[dict]]:
+    """Runs ``launch``'s scenarios on its ranks and returns, per scenario,
+    each taking rank's result."""
+    world, names = LAUNCHES[launch]
+    ports = [_free_port() for _ in names]
+    code = (f"import test_transfer as t; t._rank_main({names!r}, {{rank}}, {world}, "
+            f"{str(tmp_path)!r}, {ports!r})")
+    per_rank = launch_ranks(world, code, tmp_path, launch)
     return {n: [r[n] for r in per_rank if n in r] for n in names}
 
 

@@ -26,11 +26,14 @@ runtime's (runtime/include/loadplan/transfer.h), bound in
 ``loadplan._native`` beside the plans. See docs/transfers.md.
 
 The package: schedule.py (schedules and the runtime's engine and backend
-names), rendezvous.py (how ranks meet), endpoints.py (Sender, Receiver).
+names), rendezvous.py (how ranks meet), endpoints.py (Sender, Receiver),
+quantize.py (fp8 block quantization on the sender, for fp8 engines fed by
+bf16 trainers).
 ``loadplan schedule show FILE`` prints a schedule file.
 """
 
 from .endpoints import Receiver, Sender, TransferStats
+from .quantize import fp8_block_scales, quantize_blocks
 from .schedule import (
     BACKENDS,
     DEFAULT_STAGING_CAP,
@@ -53,5 +56,7 @@ __all__ = [
     "TransferError",
     "TransferStats",
     "backend_available",
+    "fp8_block_scales",
+    "quantize_blocks",
     "shard_box",
 ]

@@ -14,6 +14,7 @@ import torch
 
 from .. import _native, _runtime, checks
 from ..plan import Box, LoadPlan, ParamMeta
+from .quantize import DEFAULT_BLOCK, plan_quantized, quantize_given
 from .rendezvous import Rendezvous
 from .schedule import (
     DEFAULT_STAGING_CAP,
@@ -217,10 +218,19 @@ class Sender(Endpoint):
         staging_cap: bytes this rank may use to pack boxes that are not
             contiguous in what it holds.
         timeout: seconds any transfer may take before it fails.
+        quantize: weight name -> scale name (``fp8_block_scales(metadata)``
+            finds them) of the fp8 block-quantized names this sender makes
+            from high-precision tensors: ``send`` takes a weight in bf16,
+            fp16 or fp32 and sends its fp8 blocks and their float32 scales
+            (see transfer/quantize.py); the scales are not given.
+        quantize_block: the blocks' shape, (rows, columns).
 
     Raises:
         TransferError: on every rank, when a rank cannot set up (the message
             is the first failing rank's).
+        ValueError: on this rank, when ``quantize`` does not fit the
+            metadata or the holdings (a held box cutting a block); every
+            other rank's set-up fails with the message.
     """
 
     role = "sender"
@@ -232,6 +242,8 @@ class Sender(Endpoint):
                  init_method: str | None = None, name: str = "loadplan",
                  host: str | None = None, timeout: float = 60.0,
                  staging_cap: int = DEFAULT_STAGING_CAP, num_threads: int | None = None,
+                 quantize: Mapping[str, str] | None = None,
+                 quantize_block: tuple[int, int] = DEFAULT_BLOCK,
                  debug_fail_round: int = -1):
         self.metadata = {m.name: m for m in metadata}
         if holdings is None:
@@ -244,6 +256,15 @@ class Sender(Endpoint):
             n: None if box is None else tuple((int(a), int(b)) for a, b in box)
             for n, box in holdings.items()
         }
+        try:
+            self._quantized = plan_quantized(self.metadata, self.holdings, quantize or {},
+                                             tuple(quantize_block))
+        except ValueError as e:
+            # Before anything is sent: every rank's set-up fails with it.
+            refuse(str(e), rank=rank, world_size=world_size,
+                   group=group, store=store,
+                   init_method=init_method, name=name, host=host, timeout=timeout)
+            raise
         super().__init__(rank=rank, world_size=world_size, num_senders=num_senders,
                          engine=engine, backend=backend, device=device, group=group,
                          store=store, init_method=init_method, name=name, host=host,
@@ -279,7 +300,8 @@ class Sender(Endpoint):
              ) -> TransferStats:
         """Collective: one update. ``tensors`` has this rank's part of every
         name it holds: the box's shape, the declared dtype, on this rank's
-        device (made contiguous if it is not).
+        device (made contiguous if it is not); for a name it quantizes, the
+        weight in bf16, fp16 or fp32 and not its scales.
 
         Raises:
             ValueError: a tensor is missing, extra, or of the wrong shape,
@@ -289,6 +311,11 @@ class Sender(Endpoint):
         """
         given = tensors if isinstance(tensors, dict) else dict(
             tensors.items() if isinstance(tensors, Mapping) else tensors)
+        if self._quantized:
+            try:
+                given = quantize_given(given, self._quantized, self.device)
+            except ValueError as e:
+                self._fail(e, "invalid_update")  # on every rank
         cuda = self.device.type == "cuda"
         if self._batch.read(given, _runtime.DEVICE_CUDA if cuda else _runtime.DEVICE_CPU,
                             self.device.index if cuda else 0):
