@@ -50,6 +50,7 @@ struct Known {
 struct FoldViewsPass : public loadplan::impl::FoldViewsBase<FoldViewsPass> {
   using FoldViewsBase::FoldViewsBase;
   void runOnOperation() override;
+  void runOnCheckpoint(CheckpointOp checkpoint);
 };
 
 } // namespace
@@ -339,7 +340,11 @@ static StringRef torchOpName(Operation *op) {
 }
 
 void FoldViewsPass::runOnOperation() {
-  CheckpointOp checkpoint = getOperation();
+  forEachCheckpoint(getOperation(),
+                    [&](CheckpointOp c) { runOnCheckpoint(c); });
+}
+
+void FoldViewsPass::runOnCheckpoint(CheckpointOp checkpoint) {
   Value incoming = checkpoint.getIncoming();
   llvm::DenseMap<Value, Known> known;
   known[incoming] = Known{

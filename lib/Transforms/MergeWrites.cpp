@@ -36,6 +36,7 @@ struct MergeWritesPass
     : public loadplan::impl::MergeWritesBase<MergeWritesPass> {
   using MergeWritesBase::MergeWritesBase;
   void runOnOperation() override;
+  void runOnCheckpoint(CheckpointOp checkpoint);
 };
 
 } // namespace
@@ -80,7 +81,11 @@ static std::optional<PlainWrite> mergePair(const PlainWrite &a,
 }
 
 void MergeWritesPass::runOnOperation() {
-  CheckpointOp checkpoint = getOperation();
+  forEachCheckpoint(getOperation(),
+                    [&](CheckpointOp c) { runOnCheckpoint(c); });
+}
+
+void MergeWritesPass::runOnCheckpoint(CheckpointOp checkpoint) {
   SmallVector<WriteOp> writes =
       llvm::to_vector(checkpoint.getBlock().getOps<WriteOp>());
   if (writes.size() < 2)

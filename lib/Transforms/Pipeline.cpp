@@ -3,6 +3,7 @@
 #include "loadplan/Transforms/Passes.h"
 #include "loadplan/Transforms/Plan.h"
 
+#include "mlir/IR/Threading.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -10,13 +11,20 @@
 using namespace mlir;
 using namespace mlir::loadplan;
 
+void loadplan::forEachCheckpoint(ModuleOp module,
+                                 function_ref<void(CheckpointOp)> fn) {
+  SmallVector<CheckpointOp> checkpoints =
+      llvm::to_vector(module.getOps<CheckpointOp>());
+  parallelForEach(module.getContext(), checkpoints, fn);
+}
+
 void loadplan::buildLoadPlanPipeline(OpPassManager &pm,
                                      const PipelineOptions &options) {
   markCompileStart();
-  pm.addNestedPass<CheckpointOp>(createFoldViews());
+  pm.addPass(createFoldViews());
   pm.addPass(createToBoxes());
   pm.addPass(createDetectFallbacks());
-  pm.addNestedPass<CheckpointOp>(createMergeWrites());
+  pm.addPass(createMergeWrites());
   pm.addPass(createDetectOverlaps());
   pm.addPass(createCheckCoverage());
   // The JSON first: if writing it fails, the compile fails before the plan

@@ -29,6 +29,15 @@ void buildLoadPlanPipeline(OpPassManager &pm, const PipelineOptions &options);
 /// Registers `--loadplan-pipeline`.
 void registerLoadPlanPipeline();
 
+/// Runs `fn` on every `loadplan.checkpoint` of `module`, on the context's
+/// threads where it has them (a checkpoint is isolated from above: `fn`
+/// may rewrite its body, not anything outside it, and emits no
+/// diagnostics). The per-checkpoint passes run this way rather than nested
+/// under the checkpoint op: a pass manager per op costs more than the
+/// passes themselves at tens of thousands of names.
+void forEachCheckpoint(ModuleOp module,
+                       function_ref<void(CheckpointOp)> fn);
+
 #define GEN_PASS_REGISTRATION
 #include "loadplan/Transforms/Passes.h.inc"
 

@@ -11,7 +11,7 @@
 
 include "mlir/Pass/PassBase.td"
 
-def FoldViews : Pass<"loadplan-fold-views", "::mlir::loadplan::CheckpointOp"> {
+def FoldViews : Pass<"loadplan-fold-views", "::mlir::ModuleOp"> {
   let summary = "Fold view chains into strided layouts of the checkpoint tensor";
   let description = [{
     Rewrites every chain of view ops on an incoming tensor into one
@@ -69,7 +69,7 @@ def DetectFallbacks : Pass<"loadplan-detect-fallbacks", "::mlir::ModuleOp"> {
   ];
 }
 
-def MergeWrites : Pass<"loadplan-merge-writes", "::mlir::loadplan::CheckpointOp"> {
+def MergeWrites : Pass<"loadplan-merge-writes", "::mlir::ModuleOp"> {
   let summary = "Merge writes of one name that continue one another";
   let description = [{
     Two writes of one name into one target merge when their boxes differ in
