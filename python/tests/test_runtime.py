@@ -117,6 +117,35 @@ def test_a_batch_with_one_bad_tensor_writes_nothing(bad, error):
     assert all(torch.equal(before[n], t) for n, t in state_bytes(model).items())
 
 
+class _ClaimsAnotherShape(torch.Tensor):
+    """A tensor subclass whose class redefines ``shape``."""
+
+    @property
+    def shape(self):
+        return torch.Size([1, *super().shape])
+
+
+def test_a_tensor_subclass_is_read_through_its_own_properties():
+    model, metas = llama.make(tp_rank=0, tp_size=2, num_layers=2)
+    plan = loadplan.plan_loads(model, metas)
+    weights = loadplan.random_weights(metas, seed=4)
+    loadplan.load_planned(model, plan, weights)  # the fast path, bound
+    before = state_bytes(model)
+    name, w = weights[-3]
+    odd = weights[:-3] + [(name, w.as_subclass(_ClaimsAnotherShape))] + weights[-2:]
+    # The update's check reads the subclass's `shape`, as Python would.
+    with pytest.raises(ValueError, match="declared torch.bfloat16"):
+        loadplan.load_planned(model, plan, odd)
+    assert all(torch.equal(before[n], t) for n, t in state_bytes(model).items())
+    # Plain tensors again after it.
+    loadplan.load_planned(model, plan, loadplan.random_weights(metas, seed=5))
+    want, _ = llama.make(tp_rank=0, tp_size=2, num_layers=2)
+    loadplan.plan_loads(want, metas)
+    with torch.no_grad():
+        want.load_weights(loadplan.random_weights(metas, seed=5))
+    same_bytes(model, want)
+
+
 def test_the_runtime_refuses_a_bad_batch_whole_and_writes_nothing():
     model, metas = llama.make(tp_rank=0, tp_size=2, num_layers=2)
     plan = loadplan.plan_loads(model, metas)
