@@ -374,7 +374,7 @@ TEST_F(PassProperty, MergeWritesKeepsElements) {
     ir << "  }\n}\n";
 
     OwningOpRef<ModuleOp> module = run(ir.str(), [](PassManager &pm) {
-      pm.addNestedPass<CheckpointOp>(createMergeWrites());
+      pm.addPass(createMergeWrites());
     });
     ASSERT_TRUE(module);
     std::vector<PlainWrite> merged;

@@ -125,7 +125,7 @@ TEST(ViewsToBoxes, RandomChainsThroughPasses) {
     OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(ir.str(), &ctx);
     ASSERT_TRUE(module) << context;
     PassManager pm(&ctx);
-    pm.addNestedPass<CheckpointOp>(createFoldViews());
+    pm.addPass(createFoldViews());
     pm.addPass(createToBoxes());
     ASSERT_TRUE(succeeded(pm.run(*module))) << context;
     auto checkpoint = *module->getOps<CheckpointOp>().begin();
