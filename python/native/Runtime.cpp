@@ -314,16 +314,15 @@ public:
   nb::object checkUpdate(nb::handle batch) {
     get();
     buildEntries();
-    pending.clear();
+    pendingEntries.clear();
+    pendingData.clear();
     keep.clear();
-    dims.clear();
     ++generation;
     size_t next = 0;
     const TorchTypes &torch = torchTypes();
     if (!torch.tensorType.is_valid() || !PyList_Check(batch.ptr()))
       return nb::none();
     nb::list fallbacks;
-    std::vector<size_t> at;
     Py_ssize_t n = PyList_GET_SIZE(batch.ptr());
     for (Py_ssize_t i = 0; i < n; ++i) {
       PyObject *item = PyList_GET_ITEM(batch.ptr(), i);
@@ -369,15 +368,10 @@ public:
       const void *data = tensorData(t, deviceType, deviceIndex, keep);
       if (!data)
         return nb::none();
-      at.push_back(dims.size());
-      dims.insert(dims.end(), e.shape.begin(), e.shape.end());
-      pending.push_back({utf8, static_cast<size_t>(size), data, e.dtype,
-                         static_cast<uint32_t>(e.shape.size()), nullptr});
+      pendingEntries.push_back(index);
+      pendingData.push_back(data);
     }
-    for (size_t i = 0; i < pending.size(); ++i)
-      pending[i].shape = dims.data() + at[i];
-    // The names' UTF-8 lives in the str objects of `batch`, which the
-    // caller holds until applyChecked.
+    // The tensors live in `batch`, which is held until applyChecked.
     checked = nb::borrow(batch);
     return fallbacks;
   }
@@ -385,24 +379,34 @@ public:
   /// The names checkUpdate holds for applyChecked, in order.
   std::vector<std::string> pendingNames() const {
     std::vector<std::string> out;
-    out.reserve(pending.size());
-    for (const loadplan_tensor_t &t : pending)
-      out.emplace_back(t.name, t.name_size);
+    out.reserve(pendingEntries.size());
+    for (uint32_t index : pendingEntries)
+      out.push_back(names[index]);
     return out;
   }
 
-  /// Applies what checkUpdate held, in one runtime call (which checks it
-  /// all again before it writes a byte).
+  /// Applies what checkUpdate held, in one runtime call: by entry index,
+  /// since checkUpdate found each name's entry and checked its dtype and
+  /// shape (the runtime checks the rest again before it writes a byte).
   void applyChecked(uintptr_t stream) {
     if (!checked.is_valid())
       throw nb::value_error("apply_checked without check_update");
-    std::vector<loadplan_tensor_t> in = std::move(pending);
-    pending.clear();
+    std::vector<uint32_t> entries = std::move(pendingEntries);
+    std::vector<const void *> data = std::move(pendingData);
+    pendingEntries.clear();
+    pendingData.clear();
     // The pairs and any contiguous copies stay alive through the call.
     nb::object hold = std::move(checked);
     std::vector<nb::object> held = std::move(keep);
     keep.clear();
-    run(loadplan_apply_tensors, in, stream);
+    loadplan_binding_t *b = get();
+    loadplan_status_t status;
+    {
+      nb::gil_scoped_release release;
+      status = loadplan_apply_entries(b, entries.data(), data.data(), entries.size(),
+                                      reinterpret_cast<void *>(stream));
+    }
+    check(status);
   }
 
   nb::dict stats() const {
@@ -537,8 +541,9 @@ private:
   std::unordered_map<std::string_view, uint32_t> byName;
   std::vector<uint32_t> seen;
   uint32_t generation = 0;
-  std::vector<loadplan_tensor_t> pending;
-  std::vector<int64_t> dims;
+  /// What checkUpdate holds for applyChecked: entry indices, their data.
+  std::vector<uint32_t> pendingEntries;
+  std::vector<const void *> pendingData;
   std::vector<nb::object> keep;
   nb::object checked;
 };

@@ -151,14 +151,32 @@ uint32_t Binding::lookup(const char *name, size_t size, size_t input) const {
   if (it == plan.byName.end())
     fail(LOADPLAN_STATUS_INVALID_UPDATE, label(input, key),
          ": no such name in the plan");
-  const Entry &e = plan.entries[it->second];
-  if (e.kind == LOADPLAN_KIND_FALLBACK)
-    fail(LOADPLAN_STATUS_INVALID_UPDATE, label(input, key), " is a fallback (",
-         e.reason, "); send it through the model's loader");
-  if (e.kind == LOADPLAN_KIND_UNNEEDED)
-    fail(LOADPLAN_STATUS_INVALID_UPDATE, label(input, key),
-         " is not needed on this rank; do not send it");
+  requireDirect(it->second, input);
   return it->second;
+}
+
+void Binding::requireDirect(uint32_t index, size_t input) const {
+  const Entry &e = plan.entries[index];
+  if (e.kind == LOADPLAN_KIND_FALLBACK)
+    fail(LOADPLAN_STATUS_INVALID_UPDATE, label(input, e.name),
+         " is a fallback (", e.reason, "); send it through the model's loader");
+  if (e.kind == LOADPLAN_KIND_UNNEEDED)
+    fail(LOADPLAN_STATUS_INVALID_UPDATE, label(input, e.name),
+         " is not needed on this rank; do not send it");
+}
+
+void Binding::takeTensor(uint32_t ei, size_t input, const void *data) {
+  const Entry &e = plan.entries[ei];
+  if (entryStamp[ei] == stamp)
+    fail(LOADPLAN_STATUS_INVALID_UPDATE, label(input, e.name),
+         " is sent twice (also as ", inputKind, " ", entryInput[ei], ")");
+  if (!data && e.numElements)
+    fail(LOADPLAN_STATUS_INVALID_ARGUMENT, label(input, e.name),
+         ": data is NULL");
+  entryStamp[ei] = stamp;
+  entryInput[ei] = static_cast<uint32_t>(input);
+  entrySource[ei] = static_cast<const uint8_t *>(data);
+  active.push_back(ei);
 }
 
 bool Binding::sameBox(const Entry &e, uint32_t box, const int64_t *starts,
@@ -253,9 +271,6 @@ void Binding::applyTensors(const loadplan_tensor_t *tensors, size_t count,
       tensors, count, stream, SourceForm::Tensor,
       [](Binding &b, const loadplan_tensor_t &t, size_t i, uint32_t ei,
          const Entry &e, auto label) {
-        if (b.entryStamp[ei] == b.stamp)
-          fail(LOADPLAN_STATUS_INVALID_UPDATE, label(),
-               " is sent twice (also as tensor ", b.entryInput[ei], ")");
         if (t.rank && !t.shape)
           fail(LOADPLAN_STATUS_INVALID_ARGUMENT, label(), ": shape is NULL");
         // The message below prints the shape: not one of 2^32 values.
@@ -267,13 +282,26 @@ void Binding::applyTensors(const loadplan_tensor_t *tensors, size_t count,
           fail(LOADPLAN_STATUS_INVALID_UPDATE, label(), " has shape ",
                std::vector<int64_t>(t.shape, t.shape + t.rank),
                " but the plan expects ", e.shape);
-        if (!t.data && e.numElements)
-          fail(LOADPLAN_STATUS_INVALID_ARGUMENT, label(), ": data is NULL");
-        b.entryStamp[ei] = b.stamp;
-        b.entryInput[ei] = static_cast<uint32_t>(i);
-        b.entrySource[ei] = static_cast<const uint8_t *>(t.data);
-        b.active.push_back(ei);
+        b.takeTensor(ei, i, t.data);
       });
+}
+
+void Binding::applyEntries(const uint32_t *entries, const void *const *data,
+                           size_t count, void *stream) {
+  require((entries && data) || !count, "entries or data is NULL");
+  std::lock_guard<std::mutex> lock(mutex);
+  inputKind = "entry";
+  nextStamp();
+  active.clear();
+  for (size_t i = 0; i < count; ++i) {
+    uint32_t ei = entries[i];
+    if (ei >= plan.entries.size())
+      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "entry ", i, ": index ", ei,
+           " is not one of the plan's ", plan.entries.size(), " entries");
+    requireDirect(ei, i);
+    takeTensor(ei, i, data[i]);
+  }
+  run(SourceForm::Tensor, stream);
 }
 
 void Binding::applyBoxes(const loadplan_box_t *boxes, size_t count,

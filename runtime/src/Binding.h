@@ -35,6 +35,10 @@ public:
                     void *stream);
   /// Packed boxes, every box of each named entry; as applyTensors.
   void applyBoxes(const loadplan_box_t *boxes, size_t count, void *stream);
+  /// Full tensors of direct entries given by index, their dtypes and shapes
+  /// checked by the caller; as applyTensors.
+  void applyEntries(const uint32_t *entries, const void *const *data,
+                    size_t count, void *stream);
 
   uint32_t numThreads() const { return executor->numThreads(); }
   /// What the applies so far have done (loadplan_binding_stats).
@@ -50,6 +54,11 @@ private:
   std::string label(size_t input, std::string_view name) const;
   /// The direct entry `name` names, or an INVALID_UPDATE saying why not.
   uint32_t lookup(const char *name, size_t size, size_t input) const;
+  /// INVALID_UPDATE unless entry `index`, named by input `input`, is direct.
+  void requireDirect(uint32_t index, size_t input) const;
+  /// Marks entry `ei` sent by input `input`, from `data`; INVALID_UPDATE if
+  /// it was sent already.
+  void takeTensor(uint32_t ei, size_t input, const void *data);
   bool sameBox(const Entry &e, uint32_t box, const int64_t *starts,
                const int64_t *stops) const;
   /// Refuses a box batch that names an entry without sending all its boxes.

@@ -299,6 +299,16 @@ loadplan_status_t loadplan_apply_tensors(loadplan_binding_t *binding,
   });
 }
 
+loadplan_status_t loadplan_apply_entries(loadplan_binding_t *binding,
+                                         const uint32_t *entries,
+                                         const void *const *data, size_t count,
+                                         void *stream) {
+  return guard([&] {
+    require(binding && binding->binding, "binding is NULL");
+    binding->binding->applyEntries(entries, data, count, stream);
+  });
+}
+
 loadplan_status_t loadplan_apply_boxes(loadplan_binding_t *binding,
                                        const loadplan_box_t *boxes,
                                        size_t num_boxes, void *stream) {

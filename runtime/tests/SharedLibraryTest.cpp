@@ -27,6 +27,7 @@ TEST(SharedLibrary, LoadsAndOpensAPlanByName) {
   ASSERT_TRUE(open && release && message && free);
   for (const char *name :
        {"loadplan_bind", "loadplan_apply_tensors", "loadplan_apply_boxes",
+        "loadplan_apply_entries",
         "loadplan_plan_entry", "loadplan_cuda_device_count"})
     EXPECT_NE(dlsym(library, name), nullptr) << name;
   // C++ internals stay hidden.

@@ -9,6 +9,8 @@
 
 #include "TestUtil.h"
 
+#include <map>
+
 using namespace loadplan::testing;
 
 namespace {
@@ -233,6 +235,81 @@ TEST_F(UpdateTest, NullArguments) {
                                              &stream),
                       LOADPLAN_STATUS_INVALID_ARGUMENT,
                       "stream must be NULL for a CPU binding"));
+  EXPECT_TRUE(untouched());
+}
+
+/// The plan's index of each entry, by name.
+std::map<std::string, uint32_t> entryIndices(loadplan_plan_t *plan) {
+  loadplan_plan_summary_t s;
+  EXPECT_TRUE(isOk(loadplan_plan_summary(plan, &s)));
+  std::map<std::string, uint32_t> out;
+  for (uint32_t i = 0; i < s.num_entries; ++i) {
+    loadplan_entry_info_t e;
+    EXPECT_TRUE(isOk(loadplan_plan_entry(plan, i, &e)));
+    out[std::string(e.name, e.name_size)] = i;
+  }
+  return out;
+}
+
+/// `update`'s full tensors as entry indices and data pointers.
+std::pair<std::vector<uint32_t>, std::vector<const void *>>
+byIndex(const std::map<std::string, uint32_t> &index, const Update &update) {
+  std::pair<std::vector<uint32_t>, std::vector<const void *>> out;
+  for (const loadplan_tensor_t &t : update.tensorArgs) {
+    out.first.push_back(index.at(std::string(t.name, t.name_size)));
+    out.second.push_back(t.data);
+  }
+  return out;
+}
+
+TEST_F(UpdateTest, EntriesByIndexWriteWhatTheReferenceWrites) {
+  std::map<std::string, uint32_t> index = entryIndices(plan.get());
+  auto [entries, data] = byIndex(index, update);
+  ASSERT_TRUE(isOk(loadplan_apply_entries(binding.get(), entries.data(),
+                                          data.data(), entries.size(), nullptr)));
+  EXPECT_EQ(memory.storages, referenceAfter(sample, before, update));
+}
+
+TEST_F(UpdateTest, EntriesByIndexAreCheckedWhole) {
+  std::map<std::string, uint32_t> index = entryIndices(plan.get());
+  auto [entries, data] = byIndex(index, update);
+  auto refused = [&](std::vector<uint32_t> e, std::vector<const void *> d,
+                     loadplan_status_code_t code, const std::string &text) {
+    return isError(loadplan_apply_entries(binding.get(), e.data(), d.data(),
+                                          e.size(), nullptr),
+                   code, text);
+  };
+  // Each bad input comes last, after good ones.
+  auto with = [](std::vector<uint32_t> v, uint32_t x) {
+    v.push_back(x);
+    return v;
+  };
+  auto withData = [](std::vector<const void *> v, const void *x) {
+    v.push_back(x);
+    return v;
+  };
+  size_t n = entries.size();
+  EXPECT_TRUE(refused(with(entries, 99), withData(data, data[0]),
+                      LOADPLAN_STATUS_INVALID_ARGUMENT,
+                      "entry " + std::to_string(n) +
+                          ": index 99 is not one of the plan's 7 entries"));
+  EXPECT_TRUE(refused(with(entries, entries[2]), withData(data, data[2]),
+                      LOADPLAN_STATUS_INVALID_UPDATE,
+                      "entry " + std::to_string(n) +
+                          " ('o') is sent twice (also as entry 2)"));
+  EXPECT_TRUE(refused(with(entries, index.at("scale")), withData(data, data[0]),
+                      LOADPLAN_STATUS_INVALID_UPDATE, "is a fallback ("));
+  EXPECT_TRUE(refused(with(entries, index.at("other_rank")), withData(data, data[0]),
+                      LOADPLAN_STATUS_INVALID_UPDATE,
+                      "is not needed on this rank; do not send it"));
+  std::vector<const void *> null = data;
+  null[1] = nullptr;
+  EXPECT_TRUE(refused(entries, null, LOADPLAN_STATUS_INVALID_ARGUMENT,
+                      "entry 1 ('k'): data is NULL"));
+  EXPECT_TRUE(isError(loadplan_apply_entries(binding.get(), nullptr, data.data(),
+                                             1, nullptr),
+                      LOADPLAN_STATUS_INVALID_ARGUMENT,
+                      "entries or data is NULL"));
   EXPECT_TRUE(untouched());
 }
 

@@ -318,6 +318,17 @@ LOADPLAN_API loadplan_status_t loadplan_apply_tensors(loadplan_binding_t *bindin
                                                       size_t num_tensors,
                                                       void *stream);
 
+/* As loadplan_apply_tensors, for a caller that has found each tensor's entry
+ * itself (its index, as loadplan_plan_entry numbers them): entries[i] is a
+ * direct entry, each at most once, and data[i] the contiguous elements of
+ * its full tensor, which the caller has checked to have the entry's dtype
+ * and shape. Skips looking each name up again: for a fast path that has
+ * resolved the names of a batch already (the Python binding's). */
+LOADPLAN_API loadplan_status_t loadplan_apply_entries(loadplan_binding_t *binding,
+                                                      const uint32_t *entries,
+                                                      const void *const *data,
+                                                      size_t count, void *stream);
+
 /* As loadplan_apply_tensors, from packed boxes: every name in the batch must
  * be a direct entry and come with each of its boxes exactly once. */
 LOADPLAN_API loadplan_status_t loadplan_apply_boxes(loadplan_binding_t *binding,

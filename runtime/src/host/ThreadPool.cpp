@@ -2,6 +2,8 @@
 
 #include "ThreadPool.h"
 
+#include <algorithm>
+
 using namespace loadplan;
 
 ThreadPool::ThreadPool(unsigned numThreads) {
@@ -20,8 +22,12 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::drain() {
-  for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < count;)
-    fn(context, i);
+  for (size_t begin;
+       (begin = next.fetch_add(grain, std::memory_order_relaxed)) < count;) {
+    size_t end = std::min(begin + grain, count);
+    for (size_t i = begin; i < end; ++i)
+      fn(context, i);
+  }
 }
 
 void ThreadPool::work() {
@@ -54,6 +60,7 @@ void ThreadPool::run(size_t n, void (*f)(void *, size_t), void *ctx) {
     fn = f;
     context = ctx;
     count = n;
+    grain = std::max<size_t>(1, n / (size() * kRunsPerThread));
     next.store(0, std::memory_order_relaxed);
     busy = static_cast<unsigned>(workers.size());
     ++generation;
