@@ -103,8 +103,13 @@ reduceCopy(CopyOp copy, CheckpointOp checkpoint, TargetOp target,
   Strided dst{dest.getOffset(), llvm::to_vector(dest.getShape()),
               llvm::to_vector(dest.getStride())};
   if (layout.numElements() != dest.getNumElements()) {
-    why = "broadcasting copy_";
-    return failure();
+    // torch broadcasts the source to the destination's shape: an expand,
+    // whose repeated elements become one write per repeat.
+    std::string expandWhy;
+    if (reshape || failed(applyExpand(layout, dst.shape, expandWhy))) {
+      why = "broadcasting copy_";
+      return failure();
+    }
   }
   std::string viewWhy;
   if (reshape) {
