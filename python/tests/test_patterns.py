@@ -682,6 +682,30 @@ def test_bloom_fused_qkv_is_one_box_per_head(tp_rank, tp_size):
     assert norm_boxes(plan.get_boxes(names[1])) == [(r,) for r in rows]
 
 
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+@pytest.mark.parametrize("tp_rank,tp_size", [(0, 1), (0, 2), (1, 2)])
+def test_falcon_fused_qkv_concatenation_is_direct(tp_rank, tp_size, kv_heads):
+    # q, k and v cut out of each kv group and concatenated: a copy of each
+    # piece; 4 heads of 2 rows, multi-query (1 kv head) included
+    rows = (4 + 2 * kv_heads) * 2
+    names = ("query_key_value.weight", "query_key_value.bias")
+    check(lambda: FusedQKV(tp_rank, tp_size, "falcon", kv_heads=kv_heads),
+          fused_qkv_metas(rows), dict.fromkeys(names, "direct"))
+
+
+def test_cat_with_a_real_tensor_falls_back():
+    # not a rearrangement of the incoming tensor alone
+    f, metas = single("p", (8,), "w", (4,),
+                      lambda p, w: p.copy_(torch.cat([w, torch.zeros(4, dtype=BF16)])))
+    check(f, metas, {"w": "fallback"}, reasons={"w": "aten.cat"})
+
+
+def test_stack_of_rows():
+    f, metas = single("p", (4, 2), "w", (4, 4),
+                      lambda p, w: p.copy_(torch.stack([w[0], w[3]], dim=1)))
+    check(f, metas, {"w": "direct"}, boxes={"w": [((0, 1), (0, 4)), ((3, 4), (0, 4))]})
+
+
 @pytest.mark.parametrize("tp_rank", range(4))
 def test_kv_head_replication_across_ranks(tp_rank):
     # 2 KV heads on 4 ranks: ranks 0, 1 hold head 0 and ranks 2, 3 head 1
