@@ -20,6 +20,7 @@
 
 #include <random>
 #include <set>
+#include <tuple>
 
 using namespace mlir;
 using namespace mlir::loadplan;
@@ -176,6 +177,61 @@ TEST(BoxAndRegion, Reasons) {
   ASSERT_TRUE(succeeded(br)) << why;
   EXPECT_EQ(br->starts, Ints{2});
   EXPECT_EQ(br->stops, Ints{4});
+}
+
+/// The boxes of several pieces, as (starts, stops, destination offset).
+using PieceBox = std::tuple<Ints, Ints, int64_t>;
+std::vector<PieceBox> pieceBoxes(const std::vector<BoxPiece> &pieces) {
+  std::vector<PieceBox> out;
+  for (const BoxPiece &p : pieces)
+    out.emplace_back(Ints(p.boxAndRegion.starts), Ints(p.boxAndRegion.stops),
+                     p.dstOffset);
+  return out;
+}
+
+TEST(BoxesAndRegions, OneBoxPerStep) {
+  // Bloom's fused qkv, H = 2 heads of d = 2 rows of K = 8, laid out as
+  // (H, 3, d, K) and read as (3, H, d, K): the q rows of both heads are
+  // rows 0..2 and 6..8 of the checkpoint tensor [12, 8], a step of 6 rows.
+  std::string why;
+  FailureOr<std::vector<BoxPiece>> pieces = computeBoxesAndRegions(
+      {12, 8}, 0, {{2, 48, 16}, {2, 8, 8}, {8, 1, 1}}, why);
+  ASSERT_TRUE(succeeded(pieces)) << why;
+  EXPECT_EQ(pieceBoxes(*pieces),
+            (std::vector<PieceBox>{{{0, 0}, {2, 8}, 0}, {{6, 0}, {8, 8}, 16}}));
+  // A step through the inner dim: one box per column, not per element.
+  pieces = computeBoxesAndRegions({3, 8}, 0, {{3, 8, 4}, {4, 2, 1}}, why);
+  ASSERT_TRUE(succeeded(pieces)) << why;
+  ASSERT_EQ(pieces->size(), 4u);
+  EXPECT_EQ(pieceBoxes(*pieces)[1], (PieceBox{{0, 2}, {3, 3}, 1}));
+  EXPECT_EQ((*pieces)[1].boxAndRegion.dstStride, (Ints{4, 1}));
+}
+
+TEST(BoxesAndRegions, OneBoxPerRepeat) {
+  // w [4] expanded to [3, 4]: w once per destination row.
+  std::string why;
+  FailureOr<std::vector<BoxPiece>> pieces =
+      computeBoxesAndRegions({4}, 0, {{3, 0, 4}, {4, 1, 1}}, why);
+  ASSERT_TRUE(succeeded(pieces)) << why;
+  EXPECT_EQ(pieceBoxes(*pieces),
+            (std::vector<PieceBox>{{{0}, {4}, 0}, {{0}, {4}, 4}, {{0}, {4}, 8}}));
+}
+
+TEST(BoxesAndRegions, StillRefused) {
+  std::string why;
+  // A repeat into one destination element.
+  EXPECT_TRUE(failed(computeBoxesAndRegions({4}, 0, {{3, 0, 0}, {4, 1, 1}}, why)));
+  EXPECT_EQ(why, "repeats source elements (expand or broadcast)");
+  // A destination whose dims step over the same elements (a strided dest no
+  // stride 0 shows): pieces would write one element twice.
+  EXPECT_TRUE(failed(computeBoxesAndRegions({8}, 0, {{2, 4, 1}, {2, 1, 1}}, why)));
+  // More pieces than allowed: every other element of 4096.
+  EXPECT_TRUE(failed(computeBoxesAndRegions({4096}, 0, {{2048, 2, 1}}, why)));
+  EXPECT_EQ(why, "source slice has a step or is not a box");
+  FailureOr<std::vector<BoxPiece>> pieces =
+      computeBoxesAndRegions({4096}, 0, {{2048, 2, 1}}, why, /*maxPieces=*/4096);
+  ASSERT_TRUE(succeeded(pieces)) << why;
+  EXPECT_EQ(pieces->size(), 2048u);
 }
 
 TEST(BoxAndRegion, ZeroDim) {

@@ -31,14 +31,6 @@ using namespace loadplan_test;
 
 namespace {
 
-/// Whether the elements `src` are one range of the flattened checkpoint
-/// tensor (a flatten, then a slice): several boxes at most.
-bool flatRange(ArrayRef<int64_t> src) {
-  std::set<int64_t> seen(src.begin(), src.end());
-  return !seen.empty() && *seen.rbegin() - *seen.begin() + 1 ==
-                              static_cast<int64_t>(seen.size());
-}
-
 /// Checks that `writes` together move what a copy moves whose k-th element
 /// is checkpoint element `src[k]` going to destination element `dst[k]`:
 /// every destination element once, from the right checkpoint element.
@@ -169,13 +161,11 @@ TEST(ViewsToBoxes, RandomChainsThroughPasses) {
             "source slice is not a box",
             "source slice has a step or is not a box"};
         EXPECT_TRUE(reasons.count(reason)) << context << reason;
-        // A copy of a strided view whose elements are a box, or one range of
-        // the flattened checkpoint tensor (several boxes), is writes.
+        // A copy of a strided view is writes, one box per step or repeat
+        // or single elements if need be (these copies are far below the
+        // limit on pieces), unless it writes one destination element twice.
         EXPECT_FALSE(!chain.lost && copyShape == chain.ref.shape &&
-                     !hasRepeats(copied.at) &&
-                     (isBox(copied.at, ckptShape) ||
-                      (reason == "source slice is not a box" &&
-                       flatRange(copied.at))))
+                     !hasRepeats(dst))
             << context << reason;
       }
     }
@@ -188,7 +178,9 @@ TEST(ViewsToBoxes, RandomChainsThroughPasses) {
   RecordProperty("several", several);
   RecordProperty("lostDirect", lostDirect);
   EXPECT_GT(writes, 3000);
-  EXPECT_GT(fallbacks, 300);
+  // Steps and repeats are writes too; what falls back is mostly reshapes
+  // no strides give and destinations that repeat an element.
+  EXPECT_GT(fallbacks, 150);
   EXPECT_GT(lost, 30);
   // Copies of several boxes, and reshapes no strides give, become writes.
   EXPECT_GT(several, 30);

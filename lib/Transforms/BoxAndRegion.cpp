@@ -16,6 +16,7 @@ struct Part {
   int64_t step; // checkpoint elements of that dim per step
   int64_t size;
   int64_t dstStride;
+  size_t copied; // the copied dim it is a part of
   bool operator>(const Part &o) const {
     return std::tie(step, size, dstStride) > std::tie(o.step, o.size, o.dstStride);
   }
@@ -24,7 +25,10 @@ struct Part {
 
 FailureOr<BoxAndRegion>
 loadplan::computeBoxAndRegion(ArrayRef<int64_t> ckptShape, int64_t srcOffset,
-                              ArrayRef<ElementDim> dims, std::string &why) {
+                              ArrayRef<ElementDim> dims, std::string &why,
+                              std::optional<size_t> *culprit) {
+  if (culprit)
+    culprit->reset();
   size_t rank = ckptShape.size();
   SmallVector<int64_t> ckptStrides(rank, 1), start(rank, 0);
   for (int64_t j = static_cast<int64_t>(rank) - 2; j >= 0; --j)
@@ -33,12 +37,15 @@ loadplan::computeBoxAndRegion(ArrayRef<int64_t> ckptShape, int64_t srcOffset,
     start[j] = ckptShape[j] ? (srcOffset / ckptStrides[j]) % ckptShape[j] : 0;
 
   SmallVector<SmallVector<Part>> parts(rank);
-  for (ElementDim d : dims) {
+  for (auto [copied, d] : llvm::enumerate(dims)) {
     int64_t size = d.size, srcStride = d.srcStride, dstStride = d.dstStride;
     if (size == 1)
       continue;
     if (srcStride <= 0) {
       why = "repeats source elements (expand or broadcast)";
+      // Each element of it is a box, unless it also writes one element.
+      if (culprit && dstStride > 0)
+        *culprit = copied;
       return failure();
     }
     if (dstStride <= 0) {
@@ -56,7 +63,7 @@ loadplan::computeBoxAndRegion(ArrayRef<int64_t> ckptShape, int64_t srcOffset,
       }
       int64_t step = srcStride / ckptStrides[dim];
       if ((size - 1) * step < ckptShape[dim]) {
-        parts[dim].push_back({step, size, dstStride});
+        parts[dim].push_back({step, size, dstStride, copied});
         break;
       }
       // Spans checkpoint dims dim-1 and dim: split off the part in dim.
@@ -66,7 +73,7 @@ loadplan::computeBoxAndRegion(ArrayRef<int64_t> ckptShape, int64_t srcOffset,
         why = "source slice is not a box";
         return failure();
       }
-      parts[dim].push_back({step, inner, dstStride});
+      parts[dim].push_back({step, inner, dstStride, copied});
       size /= inner;
       srcStride *= inner;
       dstStride *= inner;
@@ -81,6 +88,8 @@ loadplan::computeBoxAndRegion(ArrayRef<int64_t> ckptShape, int64_t srcOffset,
     for (const Part &p : llvm::reverse(dimParts)) {
       if (p.step != extent) {
         why = "source slice has a step or is not a box";
+        if (culprit)
+          *culprit = p.copied;
         return failure();
       }
       extent *= p.size;
@@ -92,7 +101,7 @@ loadplan::computeBoxAndRegion(ArrayRef<int64_t> ckptShape, int64_t srcOffset,
     out.starts.push_back(start[dim]);
     out.stops.push_back(start[dim] + extent);
     if (dimParts.empty())
-      dimParts.push_back({1, 1, 1});
+      dimParts.push_back({1, 1, 1, 0});
     // (size, stride), merged where one part continues the next.
     SmallVector<std::pair<int64_t, int64_t>> merged;
     for (const Part &p : dimParts) {
@@ -114,6 +123,35 @@ loadplan::computeBoxAndRegion(ArrayRef<int64_t> ckptShape, int64_t srcOffset,
 //===----------------------------------------------------------------------===//
 
 namespace {
+/// Whether computeBoxAndRegion's reason `why` is one that pieces of the copy
+/// may not have: about the source's shape, not the destination's.
+bool isSplittable(const std::string &why) {
+  return why == "source slice is not a box" ||
+         why == "source slice has a step or is not a box" ||
+         why == "repeats source elements (expand or broadcast)";
+}
+
+/// Whether the destination of `dims` provably has no element twice: each
+/// dim, from the smallest stride up, steps past all the dims inside it. A
+/// copy's pieces are each checked to be boxes, but not against each other.
+bool writesEachElementOnce(ArrayRef<ElementDim> dims) {
+  SmallVector<ElementDim> live;
+  for (const ElementDim &d : dims)
+    if (d.size > 1)
+      live.push_back(d);
+  llvm::sort(live, [](const ElementDim &a, const ElementDim &b) {
+    return a.dstStride < b.dstStride;
+  });
+  int64_t span = 1; // elements the inner dims reach, from the first
+  for (const ElementDim &d : live) {
+    if (d.dstStride < span)
+      return false;
+    // Fits: the destination layout's extent fits in 64 bits.
+    span += (d.size - 1) * d.dstStride;
+  }
+  return true;
+}
+
 /// The recursive split of one copy into boxes.
 struct Splitter {
   ArrayRef<int64_t> ckptShape;
@@ -153,6 +191,23 @@ struct Splitter {
     return 0;
   }
 
+  /// Appends the pieces of `dims` split along `k` into its elements.
+  LogicalResult splitElements(int64_t srcOffset, int64_t dstOffset,
+                              SmallVector<ElementDim> dims, size_t k) {
+    ElementDim d = dims[k];
+    if (static_cast<size_t>(d.size) > maxPieces - pieces.size())
+      return failure();
+    size_t mark = pieces.size();
+    dims[k].size = 1;
+    for (int64_t i = 0; i < d.size; ++i)
+      if (failed(split(srcOffset + i * d.srcStride,
+                       dstOffset + i * d.dstStride, dims))) {
+        pieces.resize(mark);
+        return failure();
+      }
+    return success();
+  }
+
   /// Appends the pieces of the copy of `dims` from `srcOffset` to
   /// `dstOffset`; on failure, `pieces` is as it was.
   LogicalResult split(int64_t srcOffset, int64_t dstOffset,
@@ -160,16 +215,16 @@ struct Splitter {
     if (++calls > maxCalls)
       return failure();
     std::string why;
+    std::optional<size_t> culprit;
     FailureOr<BoxAndRegion> br =
-        computeBoxAndRegion(ckptShape, srcOffset, dims, why);
+        computeBoxAndRegion(ckptShape, srcOffset, dims, why, &culprit);
     if (succeeded(br)) {
       if (pieces.size() >= maxPieces)
         return failure();
       pieces.push_back({dstOffset, std::move(*br)});
       return success();
     }
-    if (why != "source slice is not a box" &&
-        why != "source slice has a step or is not a box")
+    if (!isSplittable(why))
       return failure();
     SmallVector<size_t> live;
     for (size_t k = 0; k < dims.size(); ++k) {
@@ -178,6 +233,9 @@ struct Splitter {
       if (dims[k].size > 1)
         live.push_back(k);
     }
+    // A step or a repeat: the dim that makes it, one element at a time.
+    if (culprit)
+      return splitElements(srcOffset, dstOffset, dims, *culprit);
     llvm::sort(live, [&](size_t a, size_t b) {
       return dims[a].srcStride < dims[b].srcStride;
     });
@@ -198,20 +256,9 @@ struct Splitter {
       break;
     }
     // Else split the outermost dim into its elements.
-    if (live.size() < 2)
+    if (live.empty())
       return failure();
-    size_t outer = live.back();
-    ElementDim d = dims[outer];
-    if (static_cast<size_t>(d.size) > maxPieces - pieces.size())
-      return failure();
-    dims[outer].size = 1;
-    for (int64_t i = 0; i < d.size; ++i)
-      if (failed(split(srcOffset + i * d.srcStride,
-                       dstOffset + i * d.dstStride, dims))) {
-        pieces.resize(mark);
-        return failure();
-      }
-    return success();
+    return splitElements(srcOffset, dstOffset, dims, live.back());
   }
 };
 } // namespace
@@ -227,9 +274,7 @@ loadplan::computeBoxesAndRegions(ArrayRef<int64_t> ckptShape, int64_t srcOffset,
     one.push_back({0, std::move(*br)});
     return one;
   }
-  // A step is not several boxes (the seeds fall back); a source that is not
-  // a box may be.
-  if (why != "source slice is not a box")
+  if (!isSplittable(why) || !writesEachElementOnce(dims))
     return failure();
   Splitter splitter{ckptShape, {}, maxPieces, {}};
   splitter.maxCalls = 4 * maxPieces;

@@ -12,8 +12,11 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/MathExtras.h"
+
+#include <functional>
 
 namespace mlir {
 namespace loadplan {
@@ -339,6 +342,265 @@ static StringRef torchOpName(Operation *op) {
       .Default([](Operation *op) { return op->getName().getStringRef(); });
 }
 
+//===----------------------------------------------------------------------===//
+// Views of a concatenation
+//===----------------------------------------------------------------------===//
+
+/// Where a view of a value puts the result's elements, as a probe of its
+/// shape with stride 1 in `dim`: the view's first index in that dim.
+static FailureOr<int64_t> firstIndex(ArrayRef<int64_t> shape, int64_t dim,
+                                     function_ref<LogicalResult(Strided &)> view) {
+  Strided probe{0, SmallVector<int64_t>(shape),
+                SmallVector<int64_t>(shape.size(), 0)};
+  probe.stride[dim] = 1;
+  if (failed(view(probe)))
+    return failure();
+  return probe.offset;
+}
+
+/// `a / b` rounded up, for a >= 0 and b > 0, without overflow.
+static int64_t ceilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+
+/// `op`, a view of `cat`, as a concatenation of views of `cat`'s inputs
+/// (or one view of one input) built before `op`: the new view ops go to
+/// `created`, in order. Fails when the view mixes the inputs (an expand, an
+/// as_strided, a reshape across the concatenated dim).
+static FailureOr<Value> distribute(OpBuilder &b, Operation *op, CatOp cat,
+                                   SmallVector<Operation *> &created) {
+  Location loc = op->getLoc();
+  auto resultType = tensorType(op->getResult(0));
+  ArrayRef<int64_t> inShape = tensorType(cat.getResult()).getShape();
+  ArrayRef<int64_t> outShape = resultType.getShape();
+  int64_t rank = inShape.size(), c = cat.getDim();
+  std::string ignored;
+  SmallVector<Value> parts;
+  int64_t newDim = c;
+  // Each input with its range [lo, hi) of the concatenated dim.
+  SmallVector<std::tuple<Value, int64_t, int64_t>> inputs;
+  int64_t lo = 0;
+  for (Value x : cat.getInputs()) {
+    int64_t n = tensorType(x).getDimSize(c);
+    inputs.push_back({x, lo, lo + n});
+    lo += n;
+  }
+  // The type of a view of `x` that changes only `x`'s size in one dim.
+  auto withSize = [](Value x, ArrayRef<int64_t> shape, int64_t dim,
+                     int64_t n) {
+    SmallVector<int64_t> s(shape);
+    s[dim] = n;
+    return tensorType(x).clone(s);
+  };
+  auto add = [&](Operation *view) {
+    created.push_back(view);
+    parts.push_back(view->getResult(0));
+  };
+  bool ok =
+      llvm::TypeSwitch<Operation *, bool>(op)
+          .Case([&](SliceOp v) {
+            FailureOr<int64_t> k = wrapDim(v.getDim(), rank, ignored);
+            if (failed(k))
+              return false;
+            if (*k != c) {
+              for (auto [x, xlo, xhi] : inputs)
+                add(SliceOp::create(
+                    b, loc,
+                    withSize(x, tensorType(x).getShape(), *k, outShape[*k]),
+                    x, *k, v.getStart(), v.getEnd(), v.getStep()));
+              return true;
+            }
+            FailureOr<int64_t> first =
+                firstIndex(inShape, c, [&](Strided &p) {
+                  return applySlice(p, v.getDim(), v.getStart(), v.getEnd(),
+                                    v.getStep(), ignored);
+                });
+            if (failed(first))
+              return false;
+            int64_t count = outShape[c], step = v.getStep();
+            for (auto [x, xlo, xhi] : inputs) {
+              // The result's indices j whose element first + j * step lies
+              // in [xlo, xhi).
+              int64_t jlo = xlo <= *first ? 0 : ceilDiv(xlo - *first, step);
+              int64_t jhi =
+                  xhi <= *first ? 0 : std::min(count, ceilDiv(xhi - *first, step));
+              if (jlo >= jhi)
+                continue;
+              int64_t start = *first + jlo * step - xlo;
+              int64_t end = *first + (jhi - 1) * step - xlo + 1;
+              add(SliceOp::create(
+                  b, loc, withSize(x, tensorType(x).getShape(), c, jhi - jlo),
+                  x, c, start, end, step));
+            }
+            if (parts.empty()) {
+              Value x = std::get<0>(inputs.front());
+              add(SliceOp::create(b, loc,
+                                  withSize(x, tensorType(x).getShape(), c, 0),
+                                  x, c, 0, 0, 1));
+            }
+            return true;
+          })
+          .Case([&](SelectOp v) {
+            FailureOr<int64_t> k = wrapDim(v.getDim(), rank, ignored);
+            if (failed(k))
+              return false;
+            if (*k != c) {
+              for (auto [x, xlo, xhi] : inputs) {
+                SmallVector<int64_t> s(tensorType(x).getShape());
+                s.erase(s.begin() + *k);
+                add(SelectOp::create(b, loc, tensorType(x).clone(s), x, *k,
+                                     v.getIndex()));
+              }
+              newDim = c - (*k < c);
+              return true;
+            }
+            FailureOr<int64_t> index = firstIndex(inShape, c, [&](Strided &p) {
+              return applySelect(p, v.getDim(), v.getIndex(), ignored);
+            });
+            if (failed(index))
+              return false;
+            for (auto [x, xlo, xhi] : inputs)
+              if (xlo <= *index && *index < xhi) {
+                add(SelectOp::create(b, loc, resultType, x, c, *index - xlo));
+                return true;
+              }
+            return false;
+          })
+          .Case([&](TransposeOp v) {
+            FailureOr<int64_t> d0 = wrapDim(v.getDim0(), rank, ignored);
+            FailureOr<int64_t> d1 = wrapDim(v.getDim1(), rank, ignored);
+            if (failed(d0) || failed(d1))
+              return false;
+            newDim = c == *d0 ? *d1 : c == *d1 ? *d0 : c;
+            for (auto [x, xlo, xhi] : inputs) {
+              SmallVector<int64_t> s(tensorType(x).getShape());
+              std::swap(s[*d0], s[*d1]);
+              add(TransposeOp::create(b, loc, tensorType(x).clone(s), x, *d0,
+                                      *d1));
+            }
+            return true;
+          })
+          .Case([&](PermuteOp v) {
+            SmallVector<int64_t> dims;
+            for (int64_t d : v.getDims()) {
+              FailureOr<int64_t> w = wrapDim(d, rank, ignored);
+              if (failed(w))
+                return false;
+              dims.push_back(*w);
+            }
+            auto at = llvm::find(dims, c);
+            if (at == dims.end())
+              return false;
+            newDim = at - dims.begin();
+            for (auto [x, xlo, xhi] : inputs) {
+              ArrayRef<int64_t> xs = tensorType(x).getShape();
+              SmallVector<int64_t> s;
+              for (int64_t d : dims)
+                s.push_back(xs[d]);
+              add(PermuteOp::create(b, loc, tensorType(x).clone(s), x,
+                                    v.getDims()));
+            }
+            return true;
+          })
+          .Case([&](UnsqueezeOp v) {
+            FailureOr<int64_t> d = wrapDim(v.getDim(), rank + 1, ignored);
+            if (failed(d))
+              return false;
+            newDim = c + (*d <= c);
+            for (auto [x, xlo, xhi] : inputs) {
+              SmallVector<int64_t> s(tensorType(x).getShape());
+              s.insert(s.begin() + *d, 1);
+              add(UnsqueezeOp::create(b, loc, tensorType(x).clone(s), x, *d));
+            }
+            return true;
+          })
+          .Case([&](SqueezeOp v) {
+            // The dims that go (size 1 in the concatenation), named
+            // explicitly: an input may have size 1 in others.
+            SmallVector<int64_t> removed;
+            auto consider = [&](int64_t d) {
+              if (inShape[d] == 1 && !llvm::is_contained(removed, d))
+                removed.push_back(d);
+            };
+            if (v.getDims().empty()) {
+              for (int64_t d = 0; d < rank; ++d)
+                consider(d);
+            } else {
+              for (int64_t d : v.getDims()) {
+                FailureOr<int64_t> w = wrapDim(d, rank, ignored);
+                if (failed(w))
+                  return false;
+                consider(*w);
+              }
+            }
+            llvm::sort(removed);
+            if (llvm::is_contained(removed, c))
+              return false; // a concatenation of one element along c
+            newDim = c - llvm::count_if(removed, [&](int64_t d) { return d < c; });
+            for (auto [x, xlo, xhi] : inputs) {
+              SmallVector<int64_t> s;
+              for (auto [d, n] : llvm::enumerate(tensorType(x).getShape()))
+                if (!llvm::is_contained(removed, static_cast<int64_t>(d)))
+                  s.push_back(n);
+              add(SqueezeOp::create(b, loc, tensorType(x).clone(s), x,
+                                    removed));
+            }
+            return true;
+          })
+          .Case<ViewShapeOp, ReshapeOp, FlattenOp, UnflattenOp>(
+              [&](Operation *) {
+                // Row-major order keeps each input's elements together
+                // under every index of the dims before c: a reshape that
+                // keeps those dims' product as a prefix, and cuts no input's
+                // block of rows, is a concatenation of the inputs' reshapes.
+                int64_t prefix = 1, inner = 1;
+                for (int64_t d = 0; d < c; ++d)
+                  prefix *= inShape[d];
+                for (int64_t d = c + 1; d < rank; ++d)
+                  inner *= inShape[d];
+                int64_t k = -1, p = 1;
+                for (int64_t d = 0; d < static_cast<int64_t>(outShape.size());
+                     ++d) {
+                  if (p == prefix)
+                    k = d;
+                  if (p > prefix)
+                    break;
+                  p *= outShape[d];
+                }
+                if (k < 0 || prefix == 0 || inner == 0)
+                  return false;
+                int64_t suffix = 1;
+                for (size_t d = k + 1; d < outShape.size(); ++d)
+                  suffix *= outShape[d];
+                for (auto [x, xlo, xhi] : inputs)
+                  if (((xhi - xlo) * inner) % suffix)
+                    return false;
+                newDim = k;
+                for (auto [x, xlo, xhi] : inputs) {
+                  SmallVector<int64_t> s(outShape);
+                  s[k] = (xhi - xlo) * inner / suffix;
+                  add(ReshapeOp::create(b, loc, tensorType(x).clone(s), x));
+                }
+                return true;
+              })
+          .Case<AliasOp, CloneOp>([&](Operation *) {
+            // The same elements: the concatenation itself.
+            parts.push_back(cat.getResult());
+            newDim = -1;
+            return true;
+          })
+          .Default([&](Operation *) { return false; });
+  if (!ok) {
+    for (Operation *view : llvm::reverse(created))
+      view->erase();
+    created.clear();
+    return failure();
+  }
+  if (newDim < 0)
+    return parts.front();
+  // Even of one part: folding the new views replaces the cat's operands.
+  auto joined = CatOp::create(b, loc, resultType, parts, newDim);
+  return joined.getResult();
+}
+
 void FoldViewsPass::runOnOperation() {
   forEachCheckpoint(getOperation(),
                     [&](CheckpointOp c) { runOnCheckpoint(c); });
@@ -351,26 +613,59 @@ void FoldViewsPass::runOnCheckpoint(CheckpointOp checkpoint) {
       Strided::contiguous(checkpoint.getTensorType().getShape()), false, {}};
 
   SmallVector<Operation *> views;
-  for (Operation &op : llvm::make_early_inc_range(checkpoint.getBlock())) {
-    if (!isViewOp(&op))
-      continue;
+  // Concatenations whose views moved onto their inputs; erased when dead.
+  SmallVector<Operation *> cats;
+  // Replaces `op` by an apply whose result has no layout: a copy from it
+  // falls back with `why`.
+  auto unfoldable = [&](Operation &op, StringRef why) {
+    OpBuilder builder(&op);
+    auto apply = ApplyOp::create(
+        builder, op.getLoc(), op.getResultTypes(),
+        builder.getStringAttr(torchOpName(&op)), op.getOperands(),
+        /*names=*/nullptr, builder.getStringAttr(why));
+    op.replaceAllUsesWith(apply.getResults());
+    op.erase();
+    ++numUnfoldable;
+  };
+  std::function<void(Operation &)> foldView = [&](Operation &op) {
+    if (auto cat = op.getOperand(0).getDefiningOp<CatOp>()) {
+      // A view of a concatenation: a concatenation of views of its inputs,
+      // each folded in turn.
+      OpBuilder builder(&op);
+      SmallVector<Operation *> created;
+      FailureOr<Value> joined = distribute(builder, &op, cat, created);
+      if (succeeded(joined)) {
+        for (Operation *view : created)
+          foldView(*view);
+        Value result = *joined;
+        auto newCat = result.getDefiningOp<CatOp>();
+        if (newCat && newCat != cat && newCat.getInputs().size() == 1) {
+          result = newCat.getInputs().front();
+          newCat.erase();
+        } else if (newCat && newCat != cat) {
+          cats.push_back(newCat);
+        }
+        cats.push_back(cat);
+        op.getResult(0).replaceAllUsesWith(result);
+        op.erase();
+        return;
+      }
+      // The view mixes the inputs: the name falls back as it did before
+      // concatenations were seen.
+      unfoldable(op, "applies aten.cat to it");
+      return;
+    }
     auto it = known.find(op.getOperand(0));
     if (it == known.end())
-      continue; // a view of a value without a layout stays as it is
+      return; // a view of a value without a layout stays as it is
     OpBuilder builder(&op);
     std::string why;
     FailureOr<Known> folded = foldOne(&op, it->second, why);
     if (failed(folded)) {
       // Not a strided layout: the result is a value without one, and a copy
       // from it falls back with this reason.
-      auto apply = ApplyOp::create(
-          builder, op.getLoc(), op.getResultTypes(),
-          builder.getStringAttr(torchOpName(&op)), op.getOperands(),
-          /*names=*/nullptr, builder.getStringAttr(why));
-      op.replaceAllUsesWith(apply.getResults());
-      op.erase();
-      ++numUnfoldable;
-      continue;
+      unfoldable(op, why);
+      return;
     }
     Strided &l = folded->layout;
     auto layout = LayoutAttr::get(&getContext(), l.offset, l.shape, l.stride);
@@ -395,8 +690,24 @@ void FoldViewsPass::runOnCheckpoint(CheckpointOp checkpoint) {
     op.getResult(0).replaceAllUsesWith(result);
     op.erase();
     ++numFolded;
+  };
+  for (Operation &op : llvm::make_early_inc_range(checkpoint.getBlock()))
+    if (isViewOp(&op))
+      foldView(op);
+  // Concatenations their views replaced, then intermediate layouts of a
+  // chain, are dead now.
+  llvm::SetVector<Operation *> deadCats(cats.begin(), cats.end());
+  for (bool erased = true; erased;) {
+    erased = false;
+    SmallVector<Operation *> pending = deadCats.takeVector();
+    for (Operation *op : llvm::reverse(pending))
+      if (op->use_empty()) {
+        op->erase();
+        erased = true;
+      } else {
+        deadCats.insert(op);
+      }
   }
-  // Intermediate layouts of a chain are dead now.
   for (Operation *op : llvm::reverse(views))
     if (op->use_empty())
       op->erase();

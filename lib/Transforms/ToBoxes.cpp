@@ -56,8 +56,16 @@ static std::string lostReason(Value value) {
   return "not a view of the checkpoint tensor";
 }
 
+static RankedTensorType tensorType(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
 /// One write of a copy: a box and a region.
 using BoxRegion = std::pair<BoxAttr, RegionAttr>;
+
+static LogicalResult reduceInto(Value srcValue, Strided dst,
+                                CheckpointOp checkpoint, std::string &why,
+                                SmallVector<BoxRegion> &out);
 
 /// The copy as writes (one per box; several when its elements are a union of
 /// boxes), or failure with the reason in `why`. Sets `empty` when the copy
@@ -67,17 +75,16 @@ reduceCopy(CopyOp copy, CheckpointOp checkpoint, TargetOp target,
            std::string &why, bool &empty) {
   empty = false;
   Value incoming = checkpoint.getIncoming();
-  // The source: a strided layout of the checkpoint tensor, or a reshape of
-  // one that no strides give (its elements in another shape).
-  auto reshape = copy.getSrc().getDefiningOp<ReshapeOp>();
-  auto src = reshape ? reshape.getInput().getDefiningOp<AsStridedOp>()
-                     : copy.getSrc().getDefiningOp<AsStridedOp>();
-  if (!src || src.getInput() != incoming) {
-    why = copy.getSrc() == incoming ? std::string()
-                                    : lostReason(copy.getSrc());
-    if (!why.empty())
-      return failure();
-    reshape = nullptr;
+  // A source without a layout gives its reason before any other.
+  Value src = copy.getSrc();
+  while (auto cat = src.getDefiningOp<CatOp>())
+    src = cat.getInputs().front();
+  auto reshape = src.getDefiningOp<ReshapeOp>();
+  auto strided = reshape ? reshape.getInput().getDefiningOp<AsStridedOp>()
+                         : src.getDefiningOp<AsStridedOp>();
+  if ((!strided || strided.getInput() != incoming) && src != incoming) {
+    why = lostReason(src);
+    return failure();
   }
   RankedTensorType ckpt = checkpoint.getTensorType();
   Type srcType = ckpt.getElementType();
@@ -96,15 +103,71 @@ reduceCopy(CopyOp copy, CheckpointOp checkpoint, TargetOp target,
     empty = true;
     return failure();
   }
+  Strided dst{dest.getOffset(), llvm::to_vector(dest.getShape()),
+              llvm::to_vector(dest.getStride())};
+  SmallVector<BoxRegion> out;
+  if (failed(reduceInto(copy.getSrc(), std::move(dst), checkpoint, why, out)))
+    return failure();
+  return out;
+}
+
+/// Appends the writes of a copy of `srcValue` into `dst` to `out`, or fails
+/// with the reason in `why`.
+static LogicalResult reduceInto(Value srcValue, Strided dst,
+                                CheckpointOp checkpoint, std::string &why,
+                                SmallVector<BoxRegion> &out) {
+  Value incoming = checkpoint.getIncoming();
+  RankedTensorType ckpt = checkpoint.getTensorType();
+  if (auto cat = srcValue.getDefiningOp<CatOp>()) {
+    // Each input into its part of the destination, viewed in the
+    // concatenation's shape.
+    ArrayRef<int64_t> shape = tensorType(cat.getResult()).getShape();
+    std::string viewWhy;
+    if (numElements(shape) != dst.numElements()) {
+      why = "broadcasting copy_";
+      return failure();
+    }
+    if (dst.shape != shape && failed(applyView(dst, shape, viewWhy))) {
+      why = "copy_ with a reshape that is not a view";
+      return failure();
+    }
+    int64_t c = cat.getDim();
+    for (Value input : cat.getInputs()) {
+      int64_t n = tensorType(input).getDimSize(c);
+      if (n == 0)
+        continue;
+      Strided part = dst;
+      part.shape[c] = n;
+      if (failed(reduceInto(input, part, checkpoint, why, out)))
+        return failure();
+      dst.offset += n * dst.stride[c];
+    }
+    return success();
+  }
+  // The source: a strided layout of the checkpoint tensor, or a reshape of
+  // one that no strides give (its elements in another shape).
+  auto reshape = srcValue.getDefiningOp<ReshapeOp>();
+  auto src = reshape ? reshape.getInput().getDefiningOp<AsStridedOp>()
+                     : srcValue.getDefiningOp<AsStridedOp>();
+  if (!src || src.getInput() != incoming) {
+    why = srcValue == incoming ? std::string() : lostReason(srcValue);
+    if (!why.empty())
+      return failure();
+    src = nullptr;
+    reshape = nullptr;
+  }
   Strided layout = src ? Strided{src.getLayout().getOffset(),
                                  llvm::to_vector(src.getLayout().getShape()),
                                  llvm::to_vector(src.getLayout().getStride())}
                        : Strided::contiguous(ckpt.getShape());
-  Strided dst{dest.getOffset(), llvm::to_vector(dest.getShape()),
-              llvm::to_vector(dest.getStride())};
-  if (layout.numElements() != dest.getNumElements()) {
-    why = "broadcasting copy_";
-    return failure();
+  if (layout.numElements() != dst.numElements()) {
+    // torch broadcasts the source to the destination's shape: an expand,
+    // whose repeated elements become one write per repeat.
+    std::string expandWhy;
+    if (reshape || failed(applyExpand(layout, dst.shape, expandWhy))) {
+      why = "broadcasting copy_";
+      return failure();
+    }
   }
   std::string viewWhy;
   if (reshape) {
@@ -127,26 +190,32 @@ reduceCopy(CopyOp copy, CheckpointOp checkpoint, TargetOp target,
       computeBoxesAndRegions(ckpt.getShape(), layout.offset, dims, why);
   if (failed(pieces))
     return failure();
-  MLIRContext *ctx = copy.getContext();
-  SmallVector<BoxRegion> out;
+  MLIRContext *ctx = checkpoint.getContext();
   for (const BoxPiece &p : *pieces) {
     const BoxAndRegion &br = p.boxAndRegion;
     out.push_back({BoxAttr::get(ctx, br.starts, br.stops),
                    RegionAttr::get(ctx, dst.offset + p.dstOffset, br.dstShape,
                                    br.dstStride)});
   }
-  return out;
+  return success();
 }
 
 /// Erases `copy` and the views that fed it when nothing else uses them: a
 /// write carries all the copy said.
 static void eraseWithDeadSource(CopyOp copy) {
-  Operation *src = copy.getSrc().getDefiningOp();
+  SmallVector<Operation *> dead;
+  if (Operation *src = copy.getSrc().getDefiningOp())
+    dead.push_back(src);
   copy.erase();
-  while (src && isa<AsStridedOp, ReshapeOp>(src) && src->use_empty()) {
-    Operation *input = src->getOperand(0).getDefiningOp();
-    src->erase();
-    src = input;
+  while (!dead.empty()) {
+    Operation *op = dead.pop_back_val();
+    if (!isa<AsStridedOp, ReshapeOp, CatOp>(op) || !op->use_empty())
+      continue;
+    for (Value input : op->getOperands())
+      if (Operation *def = input.getDefiningOp())
+        if (!llvm::is_contained(dead, def))
+          dead.push_back(def);
+    op->erase();
   }
 }
 

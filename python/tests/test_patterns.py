@@ -421,22 +421,46 @@ def test_check_against_destination():
           {"w": "fallback", "v": "direct"}, reasons={"w": "reads the destination"})
 
 
-# ------------------------------------------------ not boxes: step, expand
+# --------------------------------- several boxes: steps, expands, broadcasts
 
 
 def test_step_slice():
+    # one box per step
     f, metas = single("p", (4,), "w", (8,), lambda p, w: p.copy_(w[::2]))
+    check(f, metas, {"w": "direct"}, boxes={"w": [((i, i + 1),) for i in range(0, 8, 2)]})
+
+
+def test_step_of_rows_and_columns():
+    f, metas = single("p", (2, 6), "w", (4, 6), lambda p, w: p.copy_(w[1::2]))
+    check(f, metas, {"w": "direct"}, boxes={"w": [((1, 2), (0, 6)), ((3, 4), (0, 6))]})
+    # a step through columns: one box per column, each all rows
+    f, metas = single("p", (4, 3), "w", (4, 6), lambda p, w: p.copy_(w[:, ::2]))
+    check(f, metas, {"w": "direct"}, boxes={"w": [((0, 4), (j, j + 1)) for j in (0, 2, 4)]})
+
+
+def test_too_many_steps_fall_back():
+    # more than 1024 boxes for one copy
+    f, metas = single("p", (2048,), "w", (4096,), lambda p, w: p.copy_(w[::2]))
     check(f, metas, {"w": "fallback"}, reasons={"w": "step"})
 
 
 def test_expand_copy():
+    # every destination row is a copy of w: one write per row, one box
     f, metas = single("p", (3, 4), "w", (4,), lambda p, w: p.copy_(w.expand(3, 4)))
-    check(f, metas, {"w": "fallback"}, reasons={"w": "broadcast"})
+    plan = check(f, metas, {"w": "direct"}, boxes={"w": [((0, 4),)]})
+    assert len(plan.entries["w"].writes) == 3
 
 
 def test_broadcasting_copy():
     f, metas = single("p", (3, 4), "w", (4,), lambda p, w: p.copy_(w))
-    check(f, metas, {"w": "fallback"}, reasons={"w": "broadcast"})
+    plan = check(f, metas, {"w": "direct"}, boxes={"w": [((0, 4),)]})
+    assert len(plan.entries["w"].writes) == 3
+
+
+def test_expand_of_a_column():
+    # a [4, 1] column broadcast across 3 columns of a transposed destination
+    f, metas = single("p", (3, 4), "w", (4, 1), lambda p, w: p.t().copy_(w.expand(4, 3)))
+    check(f, metas, {"w": "direct"}, boxes={"w": [((0, 4), (0, 1))]})
 
 
 # ---------------------------------------------------------------- overlaps
@@ -604,6 +628,82 @@ class QKV(nn.Module):
 def qkv_metas(heads=4, kv_heads=2, head_dim=2, hidden=4) -> list[ParamMeta]:
     return [meta("q_proj", heads * head_dim, hidden), meta("k_proj", kv_heads * head_dim, hidden),
             meta("v_proj", kv_heads * head_dim, hidden)]
+
+
+class FusedQKV(nn.Module):
+    """A fused-on-disk ``query_key_value`` (weight and bias) loaded into a
+    QKVParallelLinear through a loader that reorders it first, as Bloom's
+    and Falcon's do."""
+
+    def __init__(self, tp_rank: int, tp_size: int, layout: str, heads: int = 4,
+                 kv_heads: int = 4, head_dim: int = 2, hidden: int = 8):
+        super().__init__()
+        self.query_key_value = QKVParallelLinear(
+            hidden, head_dim, heads, kv_heads, bias=True, params_dtype=BF16,
+            quant_config=None, tp_rank=tp_rank, tp_size=tp_size)
+        self.layout, self.heads, self.kv_heads = layout, heads, kv_heads
+
+    def _bloom(self, w: torch.Tensor) -> torch.Tensor:
+        # on disk (heads, 3, head_dim): a reshape torch must copy
+        shape = w.shape
+        return w.view((self.heads, 3, -1) + shape[1:]).transpose(0, 1).reshape(shape)
+
+    def _falcon(self, w: torch.Tensor) -> torch.Tensor:
+        # on disk (kv heads, q heads per kv head + 2, head_dim): q, k, v cut
+        # out of each kv group and concatenated
+        shape, per_kv = w.shape, self.heads // self.kv_heads
+        w = w.view((self.kv_heads, per_kv + 2, -1) + shape[1:])
+        wq = w.narrow(1, 0, per_kv).reshape(-1, *shape[1:])
+        wk = w.narrow(1, per_kv, 1).reshape(-1, *shape[1:])
+        wv = w.narrow(1, per_kv + 1, 1).reshape(-1, *shape[1:])
+        return torch.cat([wq, wk, wv], dim=0)
+
+    def load_weights(self, weights):
+        for name, w in weights:
+            param = getattr(self.query_key_value, name.rsplit(".", 1)[1])
+            w = self._bloom(w) if self.layout == "bloom" else self._falcon(w)
+            param.weight_loader(param, w)
+
+
+def fused_qkv_metas(rows: int, hidden: int = 8) -> list[ParamMeta]:
+    return [meta("query_key_value.weight", rows, hidden), meta("query_key_value.bias", rows)]
+
+
+@pytest.mark.parametrize("tp_rank,tp_size", [(0, 1), (0, 2), (1, 2)])
+def test_bloom_fused_qkv_is_one_box_per_head(tp_rank, tp_size):
+    # 4 heads of 2 rows, q/k/v interleaved per head on disk: this rank's
+    # q (k, v) rows of each of its heads are one box
+    names = ("query_key_value.weight", "query_key_value.bias")
+    plan = check(lambda: FusedQKV(tp_rank, tp_size, "bloom"), fused_qkv_metas(24),
+                 dict.fromkeys(names, "direct"))
+    heads = range(tp_rank * 4 // tp_size, (tp_rank + 1) * 4 // tp_size)
+    rows = sorted((6 * h + 2 * i, 6 * h + 2 * i + 2) for h in heads for i in range(3))
+    assert norm_boxes(plan.get_boxes(names[0])) == [(r, (0, 8)) for r in rows]
+    assert norm_boxes(plan.get_boxes(names[1])) == [(r,) for r in rows]
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+@pytest.mark.parametrize("tp_rank,tp_size", [(0, 1), (0, 2), (1, 2)])
+def test_falcon_fused_qkv_concatenation_is_direct(tp_rank, tp_size, kv_heads):
+    # q, k and v cut out of each kv group and concatenated: a copy of each
+    # piece; 4 heads of 2 rows, multi-query (1 kv head) included
+    rows = (4 + 2 * kv_heads) * 2
+    names = ("query_key_value.weight", "query_key_value.bias")
+    check(lambda: FusedQKV(tp_rank, tp_size, "falcon", kv_heads=kv_heads),
+          fused_qkv_metas(rows), dict.fromkeys(names, "direct"))
+
+
+def test_cat_with_a_real_tensor_falls_back():
+    # not a rearrangement of the incoming tensor alone
+    f, metas = single("p", (8,), "w", (4,),
+                      lambda p, w: p.copy_(torch.cat([w, torch.zeros(4, dtype=BF16)])))
+    check(f, metas, {"w": "fallback"}, reasons={"w": "aten.cat"})
+
+
+def test_stack_of_rows():
+    f, metas = single("p", (4, 2), "w", (4, 4),
+                      lambda p, w: p.copy_(torch.stack([w[0], w[3]], dim=1)))
+    check(f, metas, {"w": "direct"}, boxes={"w": [((0, 1), (0, 4)), ((3, 4), (0, 4))]})
 
 
 @pytest.mark.parametrize("tp_rank", range(4))

@@ -37,12 +37,15 @@ module {
 // -----
 
 // view of [2, 2] with strides [1, 2^62]: the chunk test multiplies 2 * 2^62.
-// The reshape keeps its elements, copied in a step through the checkpoint.
+// The reshape keeps its elements, copied in a step through the checkpoint:
+// one box per step.
 module {
   loadplan.storage @s size 64
   loadplan.target @t module "m" tensor "t" storage @s byte_offset 0 stride [1] : tensor<4xi8>
   // CHECK-LABEL: loadplan.checkpoint "view"
-  // CHECK-NEXT:    loadplan.fallback "source slice has a step or is not a box"
+  // CHECK-NEXT:    loadplan.write @t box <[0, 2]> region <offset = 0, shape = [2], stride = [2]>
+  // CHECK-NEXT:    loadplan.write @t box <[4611686018427387904, 4611686018427387906]> region <offset = 1, shape = [2], stride = [2]>
+  // CHECK-NEXT:  }
   loadplan.checkpoint "view" : tensor<4611686018427387906xi8> (%w) {
     %0 = loadplan.as_strided %w <offset = 0, shape = [2, 2], stride = [1, 4611686018427387904]> : tensor<4611686018427387906xi8> -> tensor<2x2xi8>
     %1 = loadplan.view %0 : tensor<2x2xi8> -> tensor<4xi8>

@@ -194,8 +194,9 @@ module {
 
 // -----
 
-// Copies that are not copies of a box keep their copy (later stages still
-// see the bytes it writes) behind a fallback with the reason.
+// Copies that are not copies of boxes keep their copy (later stages still
+// see the bytes it writes) behind a fallback with the reason. Steps and
+// repeats are several boxes: one per step, one per repeat.
 
 module {
   loadplan.storage @s size 4096
@@ -203,9 +204,13 @@ module {
   loadplan.target @p module "m" tensor "p" storage @s byte_offset 0 stride [1] : tensor<2048xbf16>
   loadplan.target @q module "m" tensor "q" storage @s byte_offset 0 stride [1] : tensor<2048xf8E4M3FN>
   loadplan.target @bytes module "m" tensor "packed" storage @u byte_offset 1 stride [1] : tensor<32xui8>
+  // Every other element: one box each.
   // CHECK-LABEL: loadplan.checkpoint "step_slice"
-  // CHECK:         loadplan.fallback "source slice has a step or is not a box"
-  // CHECK-NEXT:    loadplan.copy
+  // CHECK-NEXT:    loadplan.write @p box <[0, 1]> region <offset = 0, shape = [1], stride = [1]>
+  // CHECK-NEXT:    loadplan.write @p box <[2, 3]> region <offset = 1, shape = [1], stride = [1]>
+  // CHECK-COUNT-5: loadplan.write @p box
+  // CHECK-NEXT:    loadplan.write @p box <[14, 15]> region <offset = 7, shape = [1], stride = [1]>
+  // CHECK-NEXT:  }
   loadplan.checkpoint "step_slice" : tensor<16xbf16> (%w) {
     %0 = loadplan.slice %w dim 0 start 0 end 16 step 2 : tensor<16xbf16> -> tensor<8xbf16>
     loadplan.copy %0 to @p <offset = 0, shape = [8], stride = [1]> as bf16 : tensor<8xbf16>
@@ -219,14 +224,23 @@ module {
     %1 = loadplan.slice %0 dim 0 start 0 end 8 step 2 : tensor<8xbf16> -> tensor<4xbf16>
     loadplan.copy %1 to @p <offset = 16, shape = [4], stride = [1]> as bf16 : tensor<4xbf16>
   }
+  // An expand: the row once per destination row.
   // CHECK-LABEL: loadplan.checkpoint "expand"
-  // CHECK:         loadplan.fallback "repeats source elements (expand or broadcast)"
+  // CHECK-NEXT:    loadplan.write @p box <[0, 1], [0, 8]> region <offset = 32, shape = [1, 8], stride = [1, 1]>
+  // CHECK-NEXT:    loadplan.write @p box <[0, 1], [0, 8]> region <offset = 40, shape = [1, 8], stride = [1, 1]>
+  // CHECK-NEXT:    loadplan.write @p box <[0, 1], [0, 8]> region <offset = 48, shape = [1, 8], stride = [1, 1]>
+  // CHECK-NEXT:    loadplan.write @p box <[0, 1], [0, 8]> region <offset = 56, shape = [1, 8], stride = [1, 1]>
+  // CHECK-NEXT:  }
   loadplan.checkpoint "expand" : tensor<1x8xbf16> (%w) {
     %0 = loadplan.expand %w : tensor<1x8xbf16> -> tensor<4x8xbf16>
     loadplan.copy %0 to @p <offset = 32, shape = [4, 8], stride = [8, 1]> as bf16 : tensor<4x8xbf16>
   }
+  // copy_ broadcasts the source: the same as an expand.
   // CHECK-LABEL: loadplan.checkpoint "broadcasting_copy"
-  // CHECK:         loadplan.fallback "broadcasting copy_"
+  // CHECK-NEXT:    loadplan.write @p box <[0, 8]> region <offset = 64, shape = [8], stride = [1]>
+  // CHECK-COUNT-2: loadplan.write @p box <[0, 8]>
+  // CHECK-NEXT:    loadplan.write @p box <[0, 8]> region <offset = 88, shape = [8], stride = [1]>
+  // CHECK-NEXT:  }
   loadplan.checkpoint "broadcasting_copy" : tensor<8xbf16> (%w) {
     loadplan.copy %w to @p <offset = 64, shape = [4, 8], stride = [8, 1]> as bf16 : tensor<8xbf16>
   }
@@ -235,19 +249,43 @@ module {
   loadplan.checkpoint "dest_repeats" : tensor<4x8xbf16> (%w) {
     loadplan.copy %w to @p <offset = 96, shape = [4, 8], stride = [0, 1]> as bf16 : tensor<4x8xbf16>
   }
+  // An expand into a destination that repeats too: one element written
+  // four times.
+  // CHECK-LABEL: loadplan.checkpoint "expand_into_one_element"
+  // CHECK:         loadplan.fallback "repeats source elements (expand or broadcast)"
+  // CHECK-NEXT:    loadplan.copy
+  loadplan.checkpoint "expand_into_one_element" : tensor<1x8xbf16> (%w) {
+    %0 = loadplan.expand %w : tensor<1x8xbf16> -> tensor<4x8xbf16>
+    loadplan.copy %0 to @p <offset = 96, shape = [4, 8], stride = [0, 1]> as bf16 : tensor<4x8xbf16>
+  }
+  // More than 1024 boxes for one copy (2048 single elements): a fallback.
+  // CHECK-LABEL: loadplan.checkpoint "too_many_steps"
+  // CHECK:         loadplan.fallback "source slice has a step or is not a box"
+  // CHECK-NEXT:    loadplan.copy
+  loadplan.checkpoint "too_many_steps" : tensor<4096xbf16> (%w) {
+    %0 = loadplan.slice %w dim 0 start 0 end 4096 step 2 : tensor<4096xbf16> -> tensor<2048xbf16>
+    loadplan.copy %0 to @p <offset = 0, shape = [2048], stride = [1]> as bf16 : tensor<2048xbf16>
+  }
   // A step through a flattened [4, 6] (every other element of 3..14) is
-  // no box, nor several.
+  // no box of more than one element: single elements.
   // CHECK-LABEL: loadplan.checkpoint "not_a_box"
-  // CHECK:         loadplan.fallback "source slice is not a box"
+  // CHECK-NEXT:    loadplan.write @p box <[0, 1], [3, 4]> region <offset = 128, shape = [1, 1], stride = [1, 1]>
+  // CHECK-NEXT:    loadplan.write @p box <[0, 1], [5, 6]> region <offset = 129, shape = [1, 1], stride = [1, 1]>
+  // CHECK-NEXT:    loadplan.write @p box <[1, 2], [1, 2]> region <offset = 130, shape = [1, 1], stride = [1, 1]>
+  // CHECK-NEXT:    loadplan.write @p box <[1, 2], [3, 4]> region <offset = 131, shape = [1, 1], stride = [1, 1]>
+  // CHECK-NEXT:    loadplan.write @p box <[1, 2], [5, 6]> region <offset = 132, shape = [1, 1], stride = [1, 1]>
+  // CHECK-NEXT:    loadplan.write @p box <[2, 3], [1, 2]> region <offset = 133, shape = [1, 1], stride = [1, 1]>
+  // CHECK-NEXT:  }
   loadplan.checkpoint "not_a_box" : tensor<4x6xbf16> (%w) {
     %0 = loadplan.flatten %w start_dim 0 end_dim 1 : tensor<4x6xbf16> -> tensor<24xbf16>
     %1 = loadplan.slice %0 dim 0 start 3 end 15 step 2 : tensor<24xbf16> -> tensor<6xbf16>
     loadplan.copy %1 to @p <offset = 128, shape = [6], stride = [1]> as bf16 : tensor<6xbf16>
   }
-  // Every other row is a step too (the seeds fall back), though each row is
-  // a box.
+  // Every other row: one box per row.
   // CHECK-LABEL: loadplan.checkpoint "step_of_rows"
-  // CHECK:         loadplan.fallback "source slice has a step or is not a box"
+  // CHECK-NEXT:    loadplan.write @p box <[0, 1], [0, 6]> region <offset = 128, shape = [1, 6], stride = [1, 1]>
+  // CHECK-NEXT:    loadplan.write @p box <[2, 3], [0, 6]> region <offset = 134, shape = [1, 6], stride = [1, 1]>
+  // CHECK-NEXT:  }
   loadplan.checkpoint "step_of_rows" : tensor<4x6xbf16> (%w) {
     %0 = loadplan.slice %w dim 0 start 0 end 4 step 2 : tensor<4x6xbf16> -> tensor<2x6xbf16>
     loadplan.copy %0 to @p <offset = 128, shape = [2, 6], stride = [6, 1]> as bf16 : tensor<2x6xbf16>

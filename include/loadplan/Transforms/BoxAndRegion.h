@@ -12,6 +12,7 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,10 +45,15 @@ struct BoxAndRegion {
 /// `P.copy_(W.t())` with W [4, 6] and P [6, 4] contiguous has dims
 /// [(6, 1, 4), (4, 6, 1)]: the box is ((0, 4), (0, 6)) and the destination
 /// shape (4, 6), stride (1, 4).
-FailureOr<BoxAndRegion> computeBoxAndRegion(ArrayRef<int64_t> ckptShape,
-                                            int64_t srcOffset,
-                                            ArrayRef<ElementDim> dims,
-                                            std::string &why);
+///
+/// Where the copy fails because of one copied dim (a step, two dims stepping
+/// through the same elements, or a source stride of 0), `culprit` (when
+/// given) is set to that dim's index in `dims`: one element of it at a time
+/// may be a box.
+FailureOr<BoxAndRegion>
+computeBoxAndRegion(ArrayRef<int64_t> ckptShape, int64_t srcOffset,
+                    ArrayRef<ElementDim> dims, std::string &why,
+                    std::optional<size_t> *culprit = nullptr);
 
 /// One write of a copy that is several boxes: its destination offset
 /// relative to the copy's, and its box and region.
@@ -57,13 +63,18 @@ struct BoxPiece {
 };
 
 /// Like computeBoxAndRegion, but a copy whose elements are a union of boxes
-/// (`p.copy_(w.reshape(-1)[2:8])` with w [4, 4]: the end of row 0 and all of
-/// row 1) becomes several pieces, each a box: a copied dim whose run crosses
-/// a checkpoint dim off its boundaries is cut there, otherwise the outermost
-/// copied dim is split into its elements, recursively. Fails with
-/// computeBoxAndRegion's reason when that reason is not about the shape of
-/// the source (repeats, a destination stride of 0), when a piece is not a box
-/// however it is cut, or when there would be more than `maxPieces`.
+/// becomes several pieces, each a box, recursively:
+/// - a step, or a repeat (an expand: source stride 0), splits the copied dim
+///   that makes it into its elements (`w[::2]` of w [4, 6]: rows 0 and 2;
+///   `w.expand(3, 4)` of w [4]: w three times);
+/// - a copied dim whose run crosses a checkpoint dim off its boundaries
+///   (`p.copy_(w.reshape(-1)[2:8])` with w [4, 4]: the end of row 0 and all
+///   of row 1) is cut there;
+/// - otherwise the outermost copied dim is split into its elements, down to
+///   single elements.
+/// Fails with computeBoxAndRegion's reason when a destination stride is 0
+/// (one destination element written twice), or when there would be more than
+/// `maxPieces`.
 FailureOr<std::vector<BoxPiece>>
 computeBoxesAndRegions(ArrayRef<int64_t> ckptShape, int64_t srcOffset,
                        ArrayRef<ElementDim> dims, std::string &why,

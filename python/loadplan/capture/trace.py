@@ -21,11 +21,12 @@ from .ops import (
     aten,
     leaves,
     map_args,
+    normalize,
     op_name,
     written_args,
 )
 from .targets import Targets, storage_key
-from .views import VIEW_HANDLERS
+from .views import VIEW_HANDLERS, _arg
 
 # The reason a copy gets when its destination cannot be written as elements
 # of its own dtype relative to any target (see Sink._copy).
@@ -244,6 +245,10 @@ class Sink:
             return self.apply(func, args, kwargs, traces)
         if packet in METADATA_QUERIES:
             return func(*map_args(to_meta, args), **kwargs)
+        if packet in (aten.cat, aten.stack):
+            joined = self._cat(func, args, kwargs, traces)
+            if joined is not None:
+                return joined
         src = args[0] if args else None
         only_src = isinstance(src, TraceTensor) and len(traces) == 1
         if only_src:
@@ -302,6 +307,42 @@ class Sink:
         if not _ir.has_element_type(out.dtype):
             return self.apply(func, args, kwargs, [src])
         return self.view_op(src, out, "convert")
+
+    def _cat(self, func, args, kwargs, traces: list) -> TraceTensor | None:
+        """``torch.cat`` / ``torch.stack`` of views of one incoming tensor,
+        all of its dtype: a ``loadplan.cat`` (of each input unsqueezed, for
+        stack). Anything else (another name's trace, a real tensor, a dtype
+        promotion) is an ``apply``: None."""
+        tensors = list(args[0]) if args and isinstance(args[0], (list, tuple)) else None
+        if not tensors or kwargs.keys() - {"dim"} or len(args) > 2:
+            return None
+        first = tensors[0]
+        if not all(isinstance(t, TraceTensor) and t._record is first._record
+                   and t.dtype == first.dtype for t in tensors):
+            return None
+        if not _ir.has_element_type(first.dtype):
+            return None
+        out = self.run_meta(func, args, kwargs)
+        stack = func.overloadpacket is aten.stack
+        rank = out.dim()
+        if rank == 0 or any(t.dim() != (rank - 1 if stack else rank) for t in tensors):
+            return None  # legacy cat of 1-d empty tensors
+        dim = normalize(_arg(args, kwargs, 0, "dim", 0), rank)
+        if stack:
+            tensors = [
+                self.view_op(t, t._meta.unsqueeze(dim), "unsqueeze", f"dim {dim}")
+                for t in tensors
+            ]
+        record = first._record
+        value = record.fresh()
+        values = ", ".join(t._value for t in tensors)
+        in_types = ", ".join(_ir.tensor_type(t.shape, t.dtype) for t in tensors)
+        self._emit(
+            record,
+            f"{value} = loadplan.cat ({values}) dim {dim} : ({in_types}) -> "
+            f"{_ir.tensor_type(out.shape, out.dtype)}",
+        )
+        return self._new(record, value, out)
 
     def _generic_view(self, func, src: TraceTensor, args, kwargs):
         """Any other view in the input's dtype, as the as_strided torch

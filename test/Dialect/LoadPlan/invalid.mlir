@@ -814,3 +814,24 @@ loadplan.checkpoint "w" : tensor<8xbf16> (%w) {
   // expected-error @+1 {{expected attribute value}}
   loadplan.fallback stop
 }
+
+// -----
+
+loadplan.checkpoint "w" : tensor<4xbf16> (%w) {
+  // expected-error @+1 {{inputs do not add up to size 9 in dim 0}}
+  %0 = loadplan.cat (%w, %w) dim 0 : (tensor<4xbf16>, tensor<4xbf16>) -> tensor<9xbf16>
+}
+
+// -----
+
+loadplan.checkpoint "w" : tensor<4x2xbf16> (%w) {
+  // expected-error @+1 {{input 0 has size 4 in dim 0 but the result has 8}}
+  %0 = loadplan.cat (%w, %w) dim 1 : (tensor<4x2xbf16>, tensor<4x2xbf16>) -> tensor<8x4xbf16>
+}
+
+// -----
+
+loadplan.checkpoint "w" : tensor<4xbf16> (%w) {
+  // expected-error @+1 {{dim 1 is not a dim of a rank-1 result}}
+  %0 = loadplan.cat (%w) dim 1 : (tensor<4xbf16>) -> tensor<4xbf16>
+}

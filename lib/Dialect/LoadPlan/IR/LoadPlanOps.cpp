@@ -381,6 +381,39 @@ static bool broadcastsTo(ArrayRef<int64_t> from, ArrayRef<int64_t> to) {
   return true;
 }
 
+LogicalResult CatOp::verify() {
+  if (getInputs().empty())
+    return emitOpError() << "needs at least one input";
+  RankedTensorType result = tensorType(getResult());
+  int64_t rank = result.getRank(), dim = getDim();
+  if (dim < 0 || dim >= rank)
+    return emitOpError() << "dim " << dim << " is not a dim of a rank-"
+                         << rank << " result";
+  int64_t total = 0;
+  for (auto [k, input] : llvm::enumerate(getInputs())) {
+    RankedTensorType type = tensorType(input);
+    if (type.getElementType() != result.getElementType() ||
+        type.getRank() != rank)
+      return emitOpError() << "input " << k
+                           << " differs from the result in dtype or rank";
+    for (int64_t d = 0; d < rank; ++d)
+      if (d != dim && type.getDimSize(d) != result.getDimSize(d))
+        return emitOpError() << "input " << k << " has size "
+                             << type.getDimSize(d) << " in dim " << d
+                             << " but the result has "
+                             << result.getDimSize(d);
+    // Each size is below 2^63 and so is the result's: stop at the first
+    // sum past it.
+    if (llvm::AddOverflow(total, type.getDimSize(dim), total) ||
+        total > result.getDimSize(dim))
+      break;
+  }
+  if (total != result.getDimSize(dim))
+    return emitOpError() << "inputs do not add up to size "
+                         << result.getDimSize(dim) << " in dim " << dim;
+  return success();
+}
+
 LogicalResult CopyOp::verify() {
   if (failed(checkDtype(*this, getDtype())))
     return failure();

@@ -346,6 +346,29 @@ def LoadPlan_CloneOp : LoadPlan_ViewOp<"clone", [AllTypesMatch<["input", "result
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
+def LoadPlan_CatOp : LoadPlan_Op<"cat", [Pure]> {
+  let summary = "aten.cat / aten.stack of traces of one name";
+  let description = [{
+    `torch.cat(inputs, dim)`: the inputs one after another along `dim`
+    (non-negative), every other dim the same, all one dtype, all views of
+    the same incoming tensor. The capture records `torch.stack(inputs, dim)`
+    as `cat` of each input unsqueezed at `dim`. A copy from it is a copy of
+    each input into its part of the destination; `--loadplan-fold-views`
+    moves the views of a `cat` onto its inputs where the result is still a
+    `cat`.
+
+    ```mlir
+    %3 = loadplan.cat (%0, %1, %2) dim 0 : (tensor<4x8xbf16>, tensor<2x8xbf16>, tensor<2x8xbf16>) -> tensor<8x8xbf16>
+    ```
+  }];
+  let arguments = (ins Variadic<LoadPlan_Trace>:$inputs, I64Attr:$dim);
+  let results = (outs LoadPlan_Trace:$result);
+  let assemblyFormat = [{
+    `(` $inputs `)` `dim` $dim attr-dict `:` functional-type($inputs, $result)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Copies and fallback events
 //===----------------------------------------------------------------------===//
