@@ -20,6 +20,7 @@
 
 using namespace loadplan;
 using loadplan_format::ByteReader;
+using loadplan_format::Field;
 using loadplan_format::FileHeader;
 using loadplan_format::hex64;
 using loadplan_format::loadU32;
@@ -46,17 +47,19 @@ public:
 
   /// A u32 count of items that each take at least `minBytes`, refused when
   /// the bytes left cannot hold that many (so no huge allocation follows).
-  uint32_t count(const std::string &what, size_t minBytes) {
-    uint32_t n = u32("number of " + what);
+  uint32_t count(const Field &what, size_t minBytes) {
+    if (left() < 4)
+      invalid("plan is truncated: " + shortfall("number of " + what.str(), 4));
+    uint32_t n = u32(what);
     if (minBytes && n > left() / minBytes)
-      invalid(concat("plan is truncated: ", n, " ", what, " need at least ",
+      invalid(concat("plan is truncated: ", n, " ", what.str(), " need at least ",
                      uint64_t(n) * minBytes, " bytes but ", left(),
                      " are left at byte ", offset()));
     return n;
   }
 
 protected:
-  [[noreturn]] void truncated(const std::string &what, size_t n) override {
+  [[noreturn]] void truncated(const Field &what, size_t n) override {
     invalid("plan is truncated: " + shortfall(what, n));
   }
 };
@@ -151,24 +154,24 @@ sortedByteDims(const std::vector<int64_t> &shape,
 
 void checkTarget(Plan &plan, uint32_t index) {
   Target &t = plan.targets[index];
-  std::string label = targetLabel(plan, index);
+  auto label = [&] { return targetLabel(plan, index); };
   if (t.storage >= plan.storageSizes.size())
-    invalid(concat(label, ": storage index ", t.storage,
+    invalid(concat(label(), ": storage index ", t.storage,
                    " is out of range (the plan has ", plan.storageSizes.size(),
                    " storages)"));
   size_t itemSize = loadplan_dtype_size(t.dtype);
   if (!itemSize)
-    invalid(concat(label, ": unknown dtype code ", t.dtype));
+    invalid(concat(label(), ": unknown dtype code ", t.dtype));
   for (size_t k = 0; k < t.shape.size(); ++k)
     if (t.shape[k] < 0 || t.stride[k] < 0)
-      invalid(concat(label, ": negative size or stride (shape ", t.shape,
+      invalid(concat(label(), ": negative size or stride (shape ", t.shape,
                      ", stride ", t.stride, ")"));
   int64_t span;
   if (t.byteOffset > uint64_t(kInt64Max) ||
       !spanBytes(t.shape, t.stride, itemSize, span) ||
       uint64_t(span) > plan.storageSizes[t.storage] ||
       t.byteOffset > plan.storageSizes[t.storage] - span)
-    invalid(concat(label, ": its bytes (byte offset ", t.byteOffset,
+    invalid(concat(label(), ": its bytes (byte offset ", t.byteOffset,
                    ", shape ", t.shape, ", stride ", t.stride,
                    ") do not fit in storage ", t.storage, " of ",
                    plan.storageSizes[t.storage], " bytes"));
@@ -177,22 +180,22 @@ void checkTarget(Plan &plan, uint32_t index) {
 
 void checkWrite(const Plan &plan, const Entry &e, uint32_t index) {
   const Write &w = e.writes[index];
-  std::string label = writeLabel(e, index);
+  auto label = [&] { return writeLabel(e, index); };
   if (w.target >= plan.targets.size())
-    invalid(concat(label, ": target index ", w.target,
+    invalid(concat(label(), ": target index ", w.target,
                    " is out of range (the plan has ", plan.targets.size(),
                    " targets)"));
   if (w.box >= e.numBoxes)
-    invalid(concat(label, ": box index ", w.box, " is out of range (",
+    invalid(concat(label(), ": box index ", w.box, " is out of range (",
                    quote(e.name), " has ", e.numBoxes, " boxes)"));
   for (size_t k = 0; k < w.shape.size(); ++k)
     if (w.shape[k] < 0 || w.stride[k] < 0)
-      invalid(concat(label, ": negative size or stride in its region (shape ",
+      invalid(concat(label(), ": negative size or stride in its region (shape ",
                      w.shape, ", stride ", w.stride, ")"));
   int64_t regionElements;
   if (!numElements(w.shape, regionElements) ||
       regionElements != e.boxElements(w.box))
-    invalid(concat(label, ": region shape ", w.shape, " does not hold the ",
+    invalid(concat(label(), ": region shape ", w.shape, " does not hold the ",
                    e.boxElements(w.box), " elements of box ",
                    boxString(e, w.box)));
   if (regionElements == 0)
@@ -201,7 +204,7 @@ void checkWrite(const Plan &plan, const Entry &e, uint32_t index) {
   for (uint32_t k = 0; k < e.rank(); ++k)
     extents[k] = e.boxStop(w.box, k) - e.boxStart(w.box, k);
   if (!isSplitOf(extents, w.shape))
-    invalid(concat(label, ": region shape ", w.shape,
+    invalid(concat(label(), ": region shape ", w.shape,
                    " is not the box shape ", extents, " with dims split"));
 
   const Target &t = plan.targets[w.target];
@@ -213,7 +216,7 @@ void checkWrite(const Plan &plan, const Entry &e, uint32_t index) {
       !spanBytes(w.shape, w.stride, itemSize, span) ||
       __builtin_add_overflow(first, span, &end) || first < 0 ||
       uint64_t(end) > storageSize)
-    invalid(concat(label, ": region (offset ", w.offset, ", shape ", w.shape,
+    invalid(concat(label(), ": region (offset ", w.offset, ", shape ", w.shape,
                    ", stride ", w.stride, ") lies outside storage ", t.storage,
                    " of ", storageSize, " bytes (", targetLabel(plan, w.target),
                    " starts at byte ", t.byteOffset, ")"));
@@ -224,7 +227,7 @@ void checkWrite(const Plan &plan, const Entry &e, uint32_t index) {
   int64_t inner = itemSize;
   for (auto [size, stride] : sortedByteDims(w.shape, w.stride, itemSize)) {
     if (stride < inner)
-      invalid(concat(label, ": region dims overlap or interleave (shape ",
+      invalid(concat(label(), ": region dims overlap or interleave (shape ",
                      w.shape, ", stride ", w.stride,
                      "), so it would write some bytes twice or out of order"));
     inner += stride * (size - 1);
@@ -374,27 +377,27 @@ void checkDistinctBoxes(const Entry &e) {
 }
 
 void checkEntry(const Plan &plan, const Entry &e) {
-  std::string label = concat("entry ", quote(e.name));
+  auto label = [&] { return concat("entry ", quote(e.name)); };
   for (uint32_t wi = 0; wi < e.writes.size(); ++wi)
     checkWrite(plan, e, wi);
   checkDistinctBoxes(e);
   switch (e.kind) {
   case LOADPLAN_KIND_DIRECT: {
     if (e.writes.empty())
-      invalid(concat(label, " is direct but has no writes"));
+      invalid(concat(label(), " is direct but has no writes"));
     std::vector<bool> used(e.numBoxes, false);
     for (const Write &w : e.writes)
       used[w.box] = true;
     for (uint32_t b = 0; b < e.numBoxes; ++b)
       if (!used[b])
-        invalid(concat(label, ": box ", b, " ", boxString(e, b),
+        invalid(concat(label(), ": box ", b, " ", boxString(e, b),
                        " is written nowhere"));
     break;
   }
   case LOADPLAN_KIND_FALLBACK:
   case LOADPLAN_KIND_UNNEEDED:
     if (!e.writes.empty())
-      invalid(concat(label, " is ",
+      invalid(concat(label(), " is ",
                      e.kind == LOADPLAN_KIND_FALLBACK ? "a fallback"
                                                       : "unneeded",
                      " but has ", e.writes.size(), " writes"));
@@ -455,7 +458,7 @@ std::unique_ptr<Plan> loadplan::parsePlan(const uint8_t *data, size_t size) {
   uint32_t numStorages = r.count("storages", 8);
   plan->storageSizes.resize(numStorages);
   for (uint32_t i = 0; i < numStorages; ++i) {
-    uint64_t bytes = r.u64(concat("size of storage ", i));
+    uint64_t bytes = r.u64(Field("size of storage", i));
     if (bytes > uint64_t(kInt64Max))
       invalid(concat("storage ", i, " has ", bytes, " bytes, more than 2^63"));
     plan->storageSizes[i] = bytes;
@@ -465,18 +468,18 @@ std::unique_ptr<Plan> loadplan::parsePlan(const uint8_t *data, size_t size) {
   plan->targets.resize(numTargets);
   for (uint32_t i = 0; i < numTargets; ++i) {
     Target &t = plan->targets[i];
-    std::string what = concat("target ", i);
-    t.module = r.str(what + " module");
-    t.tensor = r.str(what + " tensor");
-    t.storage = r.u32(what + " storage");
-    t.byteOffset = r.u64(what + " byte offset");
-    t.dtype = r.u32(what + " dtype");
-    uint32_t rank = r.u32(what + " rank");
+    Field what("target", i);
+    t.module = r.str(what("module"));
+    t.tensor = r.str(what("tensor"));
+    t.storage = r.u32(what("storage"));
+    t.byteOffset = r.u64(what("byte offset"));
+    t.dtype = r.u32(what("dtype"));
+    uint32_t rank = r.u32(what("rank"));
     if (rank > kMaxRank)
       invalid(concat(targetLabel(*plan, i), ": rank ", rank,
                      " is more than ", kMaxRank));
-    t.shape = r.i64s(rank, what + " shape");
-    t.stride = r.i64s(rank, what + " stride");
+    t.shape = r.i64s(rank, what("shape"));
+    t.stride = r.i64s(rank, what("stride"));
     checkTarget(*plan, i);
   }
 
@@ -485,66 +488,67 @@ std::unique_ptr<Plan> loadplan::parsePlan(const uint8_t *data, size_t size) {
   uint64_t numBoxes = 0;
   for (uint32_t i = 0; i < numEntries; ++i) {
     Entry &e = plan->entries[i];
-    std::string what = concat("entry ", i);
-    e.name = r.str(what + " name");
-    std::string label = concat("entry ", i, " (", quote(e.name), ")");
+    Field what("entry", i);
+    e.name = r.str(what("name"));
+    // Messages only: made when one is needed.
+    auto label = [&] { return concat("entry ", i, " (", quote(e.name), ")"); };
     if (e.name.find('\0') != std::string::npos)
-      invalid(concat(label, ": the name holds a NUL byte"));
-    e.kind = r.u8(what + " kind");
+      invalid(concat(label(), ": the name holds a NUL byte"));
+    e.kind = r.u8(what("kind"));
     if (e.kind > LOADPLAN_KIND_UNNEEDED)
-      invalid(concat(label, ": unknown kind ", e.kind));
-    e.dtype = r.u32(what + " dtype");
+      invalid(concat(label(), ": unknown kind ", e.kind));
+    e.dtype = r.u32(what("dtype"));
     if (!loadplan_dtype_size(e.dtype))
-      invalid(concat(label, ": unknown dtype code ", e.dtype));
-    uint32_t rank = r.u32(what + " rank");
+      invalid(concat(label(), ": unknown dtype code ", e.dtype));
+    uint32_t rank = r.u32(what("rank"));
     if (rank > kMaxRank)
-      invalid(concat(label, ": rank ", rank, " is more than ", kMaxRank));
-    e.shape = r.i64s(rank, what + " shape");
+      invalid(concat(label(), ": rank ", rank, " is more than ", kMaxRank));
+    e.shape = r.i64s(rank, what("shape"));
     int64_t elements, bytes;
     if (!numElements(e.shape, elements) ||
         __builtin_mul_overflow(elements, int64_t(loadplan_dtype_size(e.dtype)),
                                &bytes))
-      invalid(concat(label, ": shape ", e.shape,
+      invalid(concat(label(), ": shape ", e.shape,
                      " is negative or has more than 2^63 bytes"));
     e.numElements = elements;
-    uint8_t hasReason = r.u8(what + " has_reason");
+    uint8_t hasReason = r.u8(what("has_reason"));
     if (hasReason > 1)
-      invalid(concat(label, ": has_reason is ", unsigned(hasReason),
+      invalid(concat(label(), ": has_reason is ", unsigned(hasReason),
                      ", not 0 or 1"));
     e.hasReason = hasReason;
     if (hasReason)
-      e.reason = r.str(what + " reason");
+      e.reason = r.str(what("reason"));
     // A box takes 16 bytes per dim; a 0-d tensor has one box at most.
-    e.numBoxes = r.count(what + " boxes", rank ? 16 * size_t(rank) : 0);
+    e.numBoxes = r.count(what("boxes"), rank ? 16 * size_t(rank) : 0);
     if (!rank && e.numBoxes > 1)
-      invalid(concat(label, ": a 0-d tensor cannot have ", e.numBoxes,
+      invalid(concat(label(), ": a 0-d tensor cannot have ", e.numBoxes,
                      " boxes"));
-    e.boxes = r.i64s(size_t(e.numBoxes) * 2 * rank, what + " boxes");
+    e.boxes = r.i64s(size_t(e.numBoxes) * 2 * rank, what("boxes"));
     for (uint32_t b = 0; b < e.numBoxes; ++b)
       for (uint32_t k = 0; k < rank; ++k)
         if (e.boxStart(b, k) < 0 || e.boxStart(b, k) > e.boxStop(b, k) ||
             e.boxStop(b, k) > e.shape[k])
-          invalid(concat(label, ": box ", b, " dim ", k, " is [",
+          invalid(concat(label(), ": box ", b, " dim ", k, " is [",
                          e.boxStart(b, k), ", ", e.boxStop(b, k),
                          "), not inside [0, ", e.shape[k], ")"));
     e.firstBox = static_cast<uint32_t>(numBoxes);
     numBoxes += e.numBoxes;
     if (numBoxes > std::numeric_limits<uint32_t>::max())
       invalid("the plan has more than 2^32 boxes");
-    uint32_t numWrites = r.count(what + " writes", 20);
+    uint32_t numWrites = r.count(what("writes"), 20);
     e.writes.resize(numWrites);
     for (uint32_t wi = 0; wi < numWrites; ++wi) {
       Write &w = e.writes[wi];
-      std::string wwhat = concat(what, " write ", wi);
-      w.target = r.u32(wwhat + " target");
-      w.box = r.u32(wwhat + " box");
-      w.offset = r.i64(wwhat + " region offset");
-      uint32_t regionRank = r.u32(wwhat + " region rank");
+      Field wwhat = what("write", wi);
+      w.target = r.u32(wwhat("target"));
+      w.box = r.u32(wwhat("box"));
+      w.offset = r.i64(wwhat("region offset"));
+      uint32_t regionRank = r.u32(wwhat("region rank"));
       if (regionRank > kMaxRank)
-        invalid(concat(label, " write ", wi, ": region rank ", regionRank,
+        invalid(concat(label(), " write ", wi, ": region rank ", regionRank,
                        " is more than ", kMaxRank));
-      w.shape = r.i64s(regionRank, wwhat + " region shape");
-      w.stride = r.i64s(regionRank, wwhat + " region stride");
+      w.shape = r.i64s(regionRank, wwhat("region shape"));
+      w.stride = r.i64s(regionRank, wwhat("region stride"));
     }
     plan->numWrites += numWrites;
     checkEntry(*plan, e);

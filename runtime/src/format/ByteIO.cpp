@@ -7,8 +7,21 @@
 
 using namespace loadplan_format;
 
-std::string ByteReader::shortfall(const std::string &what, size_t n) const {
-  return what + " at byte " + std::to_string(offset()) + " needs " +
+std::string Field::str() const {
+  std::string out;
+  for (unsigned k = 0; k < count; ++k) {
+    const Part &p = parts[k];
+    if (k)
+      out += ' ';
+    out += p.held ? *p.held : std::string(p.text);
+    if (p.indexed)
+      out += " " + std::to_string(p.index);
+  }
+  return out;
+}
+
+std::string ByteReader::shortfall(const Field &what, size_t n) const {
+  return what.str() + " at byte " + std::to_string(offset()) + " needs " +
          std::to_string(n) + " bytes but " + std::to_string(left()) +
          " are left";
 }

@@ -197,7 +197,8 @@ public:
   }
 
 protected:
-  [[noreturn]] void truncated(const std::string &what, size_t n) override {
+  [[noreturn]] void truncated(const loadplan_format::Field &what,
+                              size_t n) override {
     invalid("truncated: " + shortfall(what, n));
   }
 };

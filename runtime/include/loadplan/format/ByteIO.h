@@ -90,6 +90,48 @@ private:
 // Reading
 //===----------------------------------------------------------------------===//
 
+/// What a read is for, named in the message when the bytes run out:
+/// "entry 12 write 3 target". The parts are kept as given (C strings,
+/// numbers, or a std::string that must outlive the read) and joined only
+/// when a message needs them, so a well-formed file is read without
+/// formatting a label per field.
+class Field {
+public:
+  Field(const char *text) { push(text, nullptr, 0, false); }
+  /// `text` is held by reference: it must outlive every read given it.
+  Field(const std::string &text) { push(nullptr, &text, 0, false); }
+  Field(const char *text, uint64_t index) { push(text, nullptr, index, true); }
+  /// This field with `text` (and `index`) after it.
+  Field operator()(const char *text) const {
+    Field f = *this;
+    f.push(text, nullptr, 0, false);
+    return f;
+  }
+  Field operator()(const char *text, uint64_t index) const {
+    Field f = *this;
+    f.push(text, nullptr, index, true);
+    return f;
+  }
+  /// The parts joined by spaces.
+  std::string str() const;
+
+private:
+  struct Part {
+    const char *text;
+    const std::string *held;
+    uint64_t index;
+    bool indexed;
+  };
+  static constexpr unsigned kMaxParts = 6;
+  void push(const char *text, const std::string *held, uint64_t index,
+            bool indexed) {
+    if (count < kMaxParts)
+      parts[count++] = {text, held, index, indexed};
+  }
+  Part parts[kMaxParts];
+  unsigned count = 0;
+};
+
 /// Bounds-checked reads of `size` bytes at `data`, which sit at byte `base`
 /// of their file (messages count from the file's start). `what` names the
 /// field a read is for, for the message when the bytes run out.
@@ -111,7 +153,7 @@ public:
   bool ok() const { return !failed; }
 
   /// The next `n` bytes, or nullptr when fewer are left.
-  const uint8_t *take(size_t n, const std::string &what) {
+  const uint8_t *take(size_t n, const Field &what) {
     if (n > left()) {
       truncated(what, n);
       failed = true;
@@ -122,30 +164,30 @@ public:
     pos += n;
     return p;
   }
-  uint8_t u8(const std::string &what) {
+  uint8_t u8(const Field &what) {
     const uint8_t *p = take(1, what);
     return p ? *p : 0;
   }
-  uint32_t u32(const std::string &what) {
+  uint32_t u32(const Field &what) {
     const uint8_t *p = take(4, what);
     return p ? loadU32(p) : 0;
   }
-  uint64_t u64(const std::string &what) {
+  uint64_t u64(const Field &what) {
     const uint8_t *p = take(8, what);
     return p ? loadU64(p) : 0;
   }
-  int64_t i64(const std::string &what) {
+  int64_t i64(const Field &what) {
     return static_cast<int64_t>(u64(what));
   }
-  /// A u32 length (for `what` + " length"), then that many bytes.
-  std::string str(const std::string &what) {
-    uint32_t n = u32(what + " length");
+  /// A u32 length (for `what` "length"), then that many bytes.
+  std::string str(const Field &what) {
+    uint32_t n = u32(what("length"));
     const uint8_t *p = take(n, what);
     return p ? std::string(reinterpret_cast<const char *>(p), n)
              : std::string();
   }
   /// `n` i64s; nothing is allocated for more than the bytes left hold.
-  std::vector<int64_t> i64s(size_t n, const std::string &what) {
+  std::vector<int64_t> i64s(size_t n, const Field &what) {
     if (n > left() / 8) {
       take(n * 8, what);
       return {};
@@ -158,10 +200,10 @@ public:
 
 protected:
   /// A read of `n` bytes for `what` found fewer left.
-  virtual void truncated(const std::string & /*what*/, size_t /*n*/) {}
+  virtual void truncated(const Field & /*what*/, size_t /*n*/) {}
   /// "<what> at byte <offset> needs <n> bytes but <left> are left": what
   /// the formats' messages say of a short read.
-  std::string shortfall(const std::string &what, size_t n) const;
+  std::string shortfall(const Field &what, size_t n) const;
 
 private:
   const uint8_t *data;
