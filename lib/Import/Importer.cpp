@@ -10,8 +10,9 @@
 //
 // Every value of the graph is classified as it is defined:
 //
-// - a *trace*: a checkpoint tensor or a view of one; its views become the
-//   dialect's view ops, in the block of its checkpoint name;
+// - a *trace*: a checkpoint tensor or a view of one; its views, and a `cat`
+//   or `stack` of traces of one name in its dtype (`loadplan.cat`), become
+//   the dialect's ops, in the block of its checkpoint name;
 // - a *state*: a view of a target (a parameter or buffer placeholder, a
 //   view of it, or a functionalized write into it), with its layout in
 //   elements from the target's first element;
@@ -134,6 +135,7 @@ private:
   std::vector<const Value *> tensorInputs(const schema::Node &node);
 
   bool visitTraceView(int index, const schema::Node &node, const Value &src);
+  bool visitCat(int index, const schema::Node &node, bool stack);
   bool visitStateView(int index, const schema::Node &node, const Value &src);
   void visitCopy(int index, const schema::Node &node, const Value &dest,
                  const Value &src, const std::string &op);
@@ -580,6 +582,9 @@ void Importer::visit(int index, const schema::Node &node) {
   }
 
   if (!traces.empty()) {
+    if ((packet == "aten.cat" || packet == "aten.stack") &&
+        visitCat(index, node, packet == "aten.stack"))
+      return;
     const Value *src = traces.front();
     bool onlySrc = first == src && traces.size() == 1;
     if (onlySrc && visitTraceView(index, node, *src))
@@ -703,6 +708,72 @@ bool Importer::visitTraceView(int index, const schema::Node &node,
                          sig);
     values[outs[k]] = newTrace(src.record, value, metas[k], index);
   }
+  return true;
+}
+
+/// `torch.cat` / `torch.stack` of traces of one checkpoint name, all in its
+/// dtype: a `loadplan.cat` (of each input unsqueezed, for stack), as capture
+/// records it. False for anything else (another name's trace, a tensor that
+/// is no trace, a dtype promotion, an `out=` form, the legacy cat of 1-d
+/// empty tensors): that is an `apply`.
+bool Importer::visitCat(int index, const schema::Node &node, bool stack) {
+  const schema::Argument *list = input(node, "tensors", 0);
+  if (!list || list->tag() != schema::Argument::Tag::AS_TENSORS ||
+      list->get_as_tensors().empty())
+    return false;
+  // The list is the only tensor argument (no `out=` tensor).
+  std::vector<const Value *> parts = tensorInputs(node);
+  if (parts.size() != list->get_as_tensors().size())
+    return false;
+  const Value &first = *parts.front();
+  for (const Value *part : parts)
+    if (part->kind != Value::Kind::Trace || part->record != first.record ||
+        part->meta.dtype != first.meta.dtype)
+      return false;
+  if (first.meta.element().empty())
+    return false;
+  const schema::Argument *dimArg = input(node, "dim", 1);
+  if (dimArg && dimArg->tag() != schema::Argument::Tag::AS_INT)
+    return false; // a named dim
+  std::vector<std::string> outs = outputNames(node);
+  if (outs.size() != 1)
+    return false;
+  auto found = graph.get_tensor_values().find(outs[0]);
+  if (found == graph.get_tensor_values().end())
+    return false;
+  Meta out = toMeta(found->second);
+  int64_t rank = out.layout.rank();
+  if (rank == 0 || out.dtype != first.meta.dtype)
+    return false;
+  for (const Value *part : parts)
+    if (part->meta.layout.rank() != (stack ? rank - 1 : rank))
+      return false;
+  int64_t dim = normalizeDim(dimArg ? dimArg->get_as_int() : 0, rank);
+
+  currentRecord = first.record;
+  Record &record = records[first.record];
+  std::string operands, types;
+  for (const Value *part : parts) {
+    std::string ssa = part->ssa, type = traceType(*part);
+    if (stack) {
+      std::vector<int64_t> sizes = part->meta.layout.sizes;
+      sizes.insert(sizes.begin() + dim, 1);
+      std::string unsqueezed = irTensorType(sizes, part->meta.element());
+      std::string value = record.fresh();
+      emit(first.record, value + " = loadplan.unsqueeze " + ssa + " dim " +
+                             std::to_string(dim) + " : " + type + " -> " +
+                             unsqueezed);
+      ssa = value;
+      type = unsqueezed;
+    }
+    operands += (operands.empty() ? "" : ", ") + ssa;
+    types += (types.empty() ? "" : ", ") + type;
+  }
+  std::string value = record.fresh();
+  emit(first.record, value + " = loadplan.cat (" + operands + ") dim " +
+                         std::to_string(dim) + " : (" + types + ") -> " +
+                         irTensorType(out.layout.sizes, out.element()));
+  values[outs[0]] = newTrace(first.record, value, out, index);
   return true;
 }
 

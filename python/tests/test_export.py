@@ -162,15 +162,6 @@ DATA_DEPENDENT = {
 }
 
 
-# Patterns whose torch.cat / torch.stack only the capture records as
-# loadplan.cat: the importer still records aten.cat as an apply, so the
-# exported plan falls back where the captured one is direct.
-CAPTURE_ONLY_CAT = {
-    "test_falcon_fused_qkv_concatenation_is_direct",
-    "test_stack_of_rows",
-}
-
-
 def _compare_check(tmp_path: Path, functionalize: bool):
     def check(factory, metas, kinds, **_):
         plan, captured, exported = plan_both(factory, metas, tmp_path, functionalize)
@@ -185,8 +176,6 @@ def _compare_check(tmp_path: Path, functionalize: bool):
 @pytest.mark.parametrize("fn,args", PATTERNS)
 def test_pattern_plan_matches_capture(fn, args, functionalize, tmp_path, monkeypatch):
     monkeypatch.setattr(patterns, "check", _compare_check(tmp_path, functionalize))
-    if fn.__name__ in CAPTURE_ONLY_CAT:
-        pytest.skip("the torch.export importer records aten.cat as an apply")
     if fn.__name__ in DATA_DEPENDENT:
         with pytest.raises(RuntimeError, match="torch.export cannot export.*data-dependent"):
             fn(**args)
@@ -251,6 +240,39 @@ def test_functionalized_program_is_imported_from_scatters(tmp_path):
     assert "aten.slice_scatter.default" in targets or "aten.select_scatter.default" in targets
     ir = import_export(path)
     assert "loadplan.copy %w to @t0 <offset = 16, shape = [2, 4], stride = [4, 1]>" in ir
+
+
+
+@pytest.mark.parametrize("functionalize", FORMS)
+@pytest.mark.parametrize("fn,expected", [
+    # cat of views of one incoming tensor: a loadplan.cat of the views
+    (lambda p, w: p.copy_(torch.cat([w[2:], w[:2]])),
+     ["%0 = loadplan.slice %w dim 0 start 2", "%1 = loadplan.slice %w dim 0 start 0 end 2",
+      "= loadplan.cat(%0, %1) dim 0 : (tensor<2x4xbf16>, tensor<2x4xbf16>) -> tensor<4x4xbf16>"]),
+    # stack: each input unsqueezed at the stacked dim, then their cat
+    (lambda p, w: p.copy_(torch.stack([w[3], w[0]], dim=-1)),
+     ["= loadplan.unsqueeze %0 dim 1 : tensor<4xbf16> -> tensor<4x1xbf16>",
+      "= loadplan.unsqueeze %1 dim 1 : tensor<4xbf16> -> tensor<4x1xbf16>",
+      "= loadplan.cat(%2, %3) dim 1 : (tensor<4x1xbf16>, tensor<4x1xbf16>) -> tensor<4x2xbf16>"]),
+    # not a rearrangement of the incoming tensor alone: the apply, as before
+    (lambda p, w: p.copy_(torch.cat([w[:2], torch.zeros(2, 4, dtype=torch.bfloat16)])),
+     ['loadplan.apply "aten.cat"(%0)']),
+    # a dtype promotion
+    (lambda p, w: p.copy_(torch.cat([w[:2], w[2:].float()]).bfloat16()),
+     ['loadplan.apply "aten.cat"(%0, %2)']),
+], ids=["cat", "stack", "cat-with-a-constant", "cat-promoting"])
+def test_cat_and_stack_are_imported_as_capture_records_them(tmp_path, fn, expected,
+                                                            functionalize):
+    shape = (4, 2) if "unsqueeze" in expected[0] else (4, 4)
+    f, metas = patterns.single("p", shape, "w", (4, 4), fn)
+    path = tmp_path / "cat.pt2"
+    loadplan.export_loader(f(), metas, path, functionalize=functionalize)
+    ir = import_export(path)
+    for line in expected:
+        assert line in ir, ir
+    assert ("loadplan.cat" in ir) == ("apply" not in expected[0])
+    captured = json.loads(loadplan.plan_loads(f(), metas).json)
+    assert_same_plan(captured, json.loads(compile_export(path)["json"]))
 
 
 # ------------------------------------------------------ the command line

@@ -488,3 +488,94 @@ def saved_model(family: str, root: str, **sizes) -> str:
     if not (path / "config.json").exists():
         tiny.save(family, path, **sizes)
     return str(path)
+
+
+# ---------------------------------------------------------------------------
+# Planning vLLM classes directly (no backend): test_vllm_patterns.py
+
+
+def plan_main(conn, families: list[str], root: str, tp: int, rank: int, port: int,
+              seed: int) -> None:
+    """One TP rank: for each family, plans vLLM's model with ``plan_loads``
+    and applies one random update both through ``load_planned`` and through
+    vLLM's ``load_weights`` on a second copy. Sends back, per family, each
+    name's kind, reason and number of writes, and the tensors that differ."""
+    try:
+        torch.set_num_threads(1)
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        from loadplan.vllm import tiny
+
+        tiny.use_cpu_platform()  # before vLLM picks a platform
+        tiny.cpu_kernels()
+        from vllm.config import set_current_vllm_config
+
+        import loadplan
+        from loadplan.verification import copy_bytes, first_difference, model_tensors
+        from loadplan.verification import random_weights as random_bytes
+        init = f"tcp://127.0.0.1:{port}"
+        out = {}
+        for family in families:
+            model_dir = saved_model(family, root)
+            initial = tiny.checkpoint(model_dir)
+            metas = [loadplan.ParamMeta(n, tuple(t.shape), t.dtype) for n, t in initial]
+            made = []
+            for _ in range(2):
+                config, model = tiny.build(model_dir, tp_size=tp, rank=rank, init_method=init)
+                tiny.load(config, model, initial)
+                made.append((config, model))
+            (config, planned), (ref_config, reference) = made
+            copy_bytes(reference, planned)
+            params = {n: t.dtype for n, t in planned.named_parameters()}
+            plan = loadplan.plan_loads(planned, metas)
+            update = random_bytes(metas, seed)
+            with set_current_vllm_config(ref_config), torch.no_grad():
+                reference.load_weights(iter([(n, t.clone()) for n, t in update]))
+            loadplan.load_planned(planned, plan, [(n, t.clone()) for n, t in update])
+            ours = model_tensors(planned)
+            differ = [str(m) for name, t in model_tensors(reference).items()
+                      if (m := first_difference(name, t, ours[name], 0)) is not None]
+            out[family] = {
+                "entries": {n: (e.kind, e.reason, len(e.writes or ())) for n, e in
+                            plan.entries.items()},
+                "checkpoint_dtypes": sorted({str(m.dtype) for m in metas}),
+                "param_dtypes": sorted({str(d) for d in params.values()}),
+                "differ": differ}
+        conn.send(("ok", out))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+
+
+def plan_ranks(families: list[str], root: str, layouts: list[tuple[int, int]],
+               seed: int = 0, timeout: float = 300.0) -> dict:
+    """Runs ``plan_main`` for every ``(tp, rank)`` of ``layouts``, each in
+    its own process (vLLM's distributed state is once per process), all at
+    once; ranks of one TP size meet over Gloo. Returns
+    ``{(tp, rank): {family: result}}``."""
+    for family in families:  # saved once, before the processes read it
+        saved_model(family, root)
+    ctx = mp.get_context("spawn")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE)] + sys.path)
+    ports = {tp: free_port() for tp, _ in layouts}
+    running = []
+    for tp, rank in layouts:
+        parent, child = ctx.Pipe()
+        p = ctx.Process(target=plan_main, daemon=True,
+                        args=(child, families, root, tp, rank, ports[tp], seed))
+        p.start()
+        running.append(((tp, rank), parent, p))
+    results = {}
+    try:
+        deadline = time.monotonic() + timeout
+        for key, conn, _ in running:
+            if not conn.poll(max(0.0, deadline - time.monotonic())):
+                raise TimeoutError(f"TP={key[0]} rank {key[1]}: no answer in {timeout} s")
+            status, result = conn.recv()
+            if status != "ok":
+                raise RuntimeError(f"TP={key[0]} rank {key[1]} failed: {result}")
+            results[key] = result
+    finally:
+        for _, _, p in running:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    return results

@@ -32,7 +32,8 @@ from pathlib import Path
 
 import torch
 
-FAMILIES = ("llama", "qwen3", "qwen3_moe", "deepseek_v3", "mixtral")
+FAMILIES = ("llama", "qwen3", "qwen3_moe", "deepseek_v3", "mixtral", "bloom", "falcon",
+            "falcon_mq")
 
 
 def use_cpu_platform() -> None:
@@ -95,6 +96,19 @@ def hf_config(family: str, *, layers: int = 2, experts: int = 4, hidden: int = 6
             first_k_dense_replace=1, q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16,
             qk_rope_head_dim=8, v_head_dim=16, n_group=1, topk_group=1,
             topk_method="noaux_tc", scoring_func="sigmoid")
+    if family == "bloom":  # fused query_key_value, laid out per head (q, k, v of each)
+        return transformers.BloomConfig(hidden_size=hidden, n_layer=layers, n_head=heads,
+                                        vocab_size=vocab)  # tied, as Bloom ships
+    if family in ("falcon", "falcon_mq"):
+        # falcon: the new decoder architecture (Falcon-40B/180B), kv_heads
+        # groups of (q per kv, k, v) in query_key_value; falcon_mq: one kv
+        # head for all queries (Falcon-7B), replicated across TP ranks.
+        new = family == "falcon"
+        return transformers.FalconConfig(
+            hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+            num_kv_heads=kv_heads if new else 1, new_decoder_architecture=new,
+            multi_query=not new, parallel_attn=True, bias=False, alibi=False,
+            vocab_size=vocab, max_position_embeddings=128, tie_word_embeddings=False)
     raise ValueError(f"unknown family {family!r}; one of {FAMILIES}")
 
 
