@@ -11,6 +11,7 @@
 #define LOADPLAN_RUNTIME_TESTS_TESTUTIL_H
 
 #include "PlanWriter.h"
+#include "loadplan/convert.h"
 
 #include <gtest/gtest.h>
 
@@ -159,6 +160,7 @@ inline void applyReference(const TestPlan &plan, Memory &memory,
     size_t item = loadplan_dtype_size(e.dtype);
     std::vector<int64_t> strides = rowMajor(e.shape);
     for (const TestWrite &w : e.writes) {
+      size_t dstItem = loadplan_dtype_size(loadplan_format::writtenDtype(e.dtype, w));
       const TestBox &box = e.boxes[w.box];
       std::vector<int64_t> extents = box.extents();
       const TestTarget &t = plan.targets[w.target];
@@ -176,7 +178,12 @@ inline void applyReference(const TestPlan &plan, Memory &memory,
           dst += (rest % w.shape[k]) * w.stride[k];
           rest /= w.shape[k];
         }
-        std::memcpy(target + dst * item, it->second.data() + src * item, item);
+        if (w.convertTo)
+          loadplan_convert::convertElement(target + dst * dstItem, w.convertTo,
+                                           it->second.data() + src * item,
+                                           e.dtype);
+        else
+          std::memcpy(target + dst * item, it->second.data() + src * item, item);
       }
     }
   }
