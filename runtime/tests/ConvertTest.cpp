@@ -91,6 +91,7 @@ TEST(Convert, TorchBitPatterns) {
       // Widening: exact; NaN as torch widens it.
       {BF16, F32, 0x7f81, 0x7f810000, "bf16 NaN keeps its bits"},
       {BF16, F32, 0x0001, 0x00010000, "bf16 subnormal"},
+      // (float16 to float32 is no write's, but widens on the way to others.)
       {F16, F32, 0x0001, 0x33800000, "f16 subnormal"},
       {F16, F32, 0xfc00, 0xff800000, "-inf"},
       {F16, F32, 0x7c01, 0x7fc02000, "f16 NaN widens quiet"},
@@ -137,6 +138,10 @@ TEST(Convert, WhichPairs) {
   EXPECT_TRUE(isConvertible(F32, E4M3));
   EXPECT_TRUE(isConvertible(E5M2, E4M3));
   EXPECT_FALSE(isConvertible(BF16, BF16));
+  // torch widens a float16 NaN to other bits in a tensor's tail.
+  EXPECT_FALSE(isConvertible(F16, F32));
+  EXPECT_TRUE(isConvertible(F16, BF16));
+  EXPECT_TRUE(isConvertible(F32, F16));
   EXPECT_FALSE(isConvertible(BF16, LOADPLAN_DTYPE_FLOAT64));
   EXPECT_FALSE(isConvertible(LOADPLAN_DTYPE_INT8, F32));
   EXPECT_FALSE(isConvertible(F32, LOADPLAN_DTYPE_FLOAT8_E4M3FNUZ));

@@ -183,10 +183,10 @@ module {
   loadplan.checkpoint "narrow" : tensor<4xbf16> (%w) {
     loadplan.write @p box <[0, 4]> region <offset = 6, shape = [4], stride = [1]>
   }
-  // Bytes [20, 36) as f32 from f16 meet nothing.
+  // Bytes [20, 36) as f32 from fp8 meet nothing.
   // CHECK-LABEL: loadplan.checkpoint "beside"
   // CHECK-NEXT:    loadplan.write
-  loadplan.checkpoint "beside" : tensor<4xf16> (%w) {
+  loadplan.checkpoint "beside" : tensor<4xf8E4M3FN> (%w) {
     loadplan.write @p box <[0, 4]> region <offset = 5, shape = [4], stride = [1]> as f32
   }
 }

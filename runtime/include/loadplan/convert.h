@@ -16,9 +16,10 @@
  *   from a float32 source and 0x7fc0 from the others; float16 and float8
  *   sources widen a NaN quiet, bfloat16 keeps its bits.
  *
- * The NaN rules are those of torch's CPU kernels on large tensors; torch's
- * own result for a float16 NaN widened to float32 depends on the tensor's
- * length, so that one case matches torch's vectorized path only.
+ * The NaN rules are those of torch's CPU kernels, which give the same bits
+ * wherever an element lies in its tensor for every pair but float16 to
+ * float32 (see isConvertible): that one is no write's. widen() still
+ * widens float16 as the vectorized path does, on the way to the others.
  *
  * Header only, C++ (used from C++ and CUDA translation units).
  *
@@ -41,13 +42,19 @@
 namespace loadplan_convert {
 
 /// Whether a write may convert elements of `from` into `to`: both among
-/// the five floating types above, and different.
+/// the five floating types above, and different, except float16 to
+/// float32: torch's CPU kernel widens a float16 NaN to other bits in the
+/// vectorized body of a tensor (sign | 0x7fc00000 | payload << 13) than in
+/// its tail (0x7fffffff), so no write can give its bytes wherever the
+/// element lies.
 LOADPLAN_CONVERT_HD inline bool isConvertible(uint32_t from, uint32_t to) {
   auto ok = [](uint32_t d) {
     return d == LOADPLAN_DTYPE_BFLOAT16 || d == LOADPLAN_DTYPE_FLOAT16 ||
            d == LOADPLAN_DTYPE_FLOAT32 || d == LOADPLAN_DTYPE_FLOAT8_E4M3FN ||
            d == LOADPLAN_DTYPE_FLOAT8_E5M2;
   };
+  if (from == LOADPLAN_DTYPE_FLOAT16 && to == LOADPLAN_DTYPE_FLOAT32)
+    return false;
   return from != to && ok(from) && ok(to);
 }
 

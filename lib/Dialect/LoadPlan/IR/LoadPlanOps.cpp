@@ -483,7 +483,8 @@ LogicalResult WriteOp::verify() {
     if (!isConvertible(from, *dtype))
       return emitOpError() << "cannot convert " << from << " to " << *dtype
                            << " (a write converts bf16, f16, f32, f8E4M3FN "
-                              "and f8E5M2 into another of them)";
+                              "and f8E5M2 into another of them, but f16 "
+                              "into f32)";
   }
   BoxAttr box = getBox();
   if (box.getRank() != shape.size())
