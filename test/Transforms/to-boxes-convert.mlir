@@ -93,19 +93,19 @@ module {
   // it from being direct; the reason names exp, whatever dtype it is sent
   // as.
   // CHECK-LABEL: loadplan.checkpoint "a_log_bf16"
-  // CHECK-NEXT:    loadplan.fallback "applies aten.exp.default to it"
+  // CHECK-NEXT:    loadplan.fallback "applies aten.exp to it"
   loadplan.checkpoint "a_log_bf16" : tensor<8xbf16> (%w) {
     %0 = loadplan.convert %w : tensor<8xbf16> -> tensor<8xf32>
-    %1 = loadplan.apply "aten.exp.default" (%0) : (tensor<8xf32>) -> tensor<8xf32>
-    %2 = loadplan.apply "aten.neg.default" (%1) : (tensor<8xf32>) -> tensor<8xf32>
+    %1 = loadplan.apply "aten.exp" (%0) : (tensor<8xf32>) -> tensor<8xf32>
+    %2 = loadplan.apply "aten.neg" (%1) : (tensor<8xf32>) -> tensor<8xf32>
     loadplan.copy %2 to @f32b <offset = 8, shape = [8], stride = [1]> as f32 : tensor<8xf32>
   }
   // CHECK-LABEL: loadplan.checkpoint "a_log_f32"
-  // CHECK-NEXT:    loadplan.fallback "applies aten.exp.default to it"
+  // CHECK-NEXT:    loadplan.fallback "applies aten.exp to it"
   loadplan.checkpoint "a_log_f32" : tensor<8xf32> (%w) {
     %0 = loadplan.clone %w : tensor<8xf32>
-    %1 = loadplan.apply "aten.exp.default" (%0) : (tensor<8xf32>) -> tensor<8xf32>
-    %2 = loadplan.apply "aten.neg.default" (%1) : (tensor<8xf32>) -> tensor<8xf32>
+    %1 = loadplan.apply "aten.exp" (%0) : (tensor<8xf32>) -> tensor<8xf32>
+    %2 = loadplan.apply "aten.neg" (%1) : (tensor<8xf32>) -> tensor<8xf32>
     loadplan.copy %2 to @f32b <offset = 16, shape = [8], stride = [1]> as f32 : tensor<8xf32>
   }
   // Scales are arithmetic: still a fallback, with the arithmetic's reason.

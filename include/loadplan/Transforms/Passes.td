@@ -61,8 +61,8 @@ def DetectFallbacks : Pass<"loadplan-detect-fallbacks", "::mlir::ModuleOp"> {
     Gives each checkpoint at most one `loadplan.fallback`, with the reason
     of its first event in program order: a value read or an op that fails
     on meta (these stop the loader: the name's writes are dropped), an op
-    that is not a view, a cast, an in-place write, a copy into a tensor that
-    is not a target, a refused copy. A `loadplan.read_target` makes the
+    that is not a view, a cast no write converts, an in-place write, a copy
+    into a tensor that is not a target, a refused copy. A `loadplan.read_target` makes the
     last name written into that target's storage a fallback (or, when none
     wrote it yet, the name being loaded). Errors: a name declared twice, and
     fallback names whose own loader writes nothing ("lonely": their loader

@@ -572,7 +572,7 @@ def LoadPlan_FallbackOp : LoadPlan_EventOp<"fallback"> {
     (its writes are dropped).
 
     ```mlir
-    loadplan.fallback "casts bf16 to f8E4M3FN at copy_ (send it as f8E4M3FN to make it direct)"
+    loadplan.fallback "casts bfloat16 to float64 at copy_ (send it as float64 to make it direct)"
     ```
   }];
   let arguments = (ins StrAttr:$reason, UnitAttr:$stop);
