@@ -254,6 +254,38 @@ inline TestPlan samplePlan() {
   return p;
 }
 
+/// Converting writes of every shape an executor treats apart: contiguous
+/// (one run), a column block (rows), transposed (runs of one element),
+/// split, and a box written twice (plainly and converting).
+inline TestPlan convertingPlan() {
+  TestPlan p;
+  constexpr uint32_t bf16 = LOADPLAN_DTYPE_BFLOAT16, f32 = LOADPLAN_DTYPE_FLOAT32,
+                     f16 = LOADPLAN_DTYPE_FLOAT16,
+                     e4m3 = LOADPLAN_DTYPE_FLOAT8_E4M3FN,
+                     e5m2 = LOADPLAN_DTYPE_FLOAT8_E5M2;
+  p.storageSizes = {4 * 3000, 64 * 40, 2 * 4 * 6 + 8, 2 * 64};
+  uint32_t bias = p.addTarget({"m", "bias", 0, 0, f32, {3000}, {1}});
+  uint32_t q = p.addTarget({"m", "q", 1, 0, e4m3, {64, 40}, {40, 1}});
+  uint32_t t = p.addTarget({"m", "t", 2, 0, f16, {6, 4}, {4, 1}});
+  uint32_t n = p.addTarget({"m", "n", 3, 0, bf16, {64}, {1}});
+  p.entries.push_back({"bias", LOADPLAN_KIND_DIRECT, bf16, {3000}, std::nullopt,
+                       {{{0}, {3000}}}, {{bias, 0, 0, {3000}, {1}, f32}}});
+  // Columns 20..60 of [64, 64] f32 into e4m3 [64, 40].
+  p.entries.push_back({"q", LOADPLAN_KIND_DIRECT, f32, {64, 64}, std::nullopt,
+                       {{{0, 20}, {64, 60}}}, {{q, 0, 0, {64, 40}, {40, 1}, e4m3}}});
+  // P.copy_(W.t()): e5m2 [4, 6] into f16 [6, 4].
+  p.entries.push_back({"t", LOADPLAN_KIND_DIRECT, e5m2, {4, 6}, std::nullopt,
+                       {{{0, 0}, {4, 6}}}, {{t, 0, 0, {4, 6}, {1, 4}, f16}}});
+  // f16 [32] into bf16, split [4, 8], and the same box again copied
+  // plainly into the second half of the storage.
+  p.entries.push_back({"n", LOADPLAN_KIND_DIRECT, f16, {32}, std::nullopt,
+                       {{{0}, {32}}},
+                       {{n, 0, 0, {4, 8}, {8, 1}, bf16},
+                        {n, 0, 32, {32}, {1}}}});
+  return p;
+}
+
+
 /// Random plans: entries of rank 1 to 3 and dtypes of 1 to 8 bytes, with
 /// several boxes each going to one or two destinations whose dims are split
 /// and permuted (transposed) and padded; plus fused targets that several
