@@ -91,13 +91,11 @@ void loadplan::collectStorageWrites(ModuleOp module, int64_t maxRuns,
     Block &block = checkpoint.getBlock();
     bool stopped = llvm::any_of(block.getOps<FallbackOp>(),
                                 [](FallbackOp f) { return f.getStop(); });
-    int64_t ckptItem =
-        getItemSize(checkpoint.getTensorType().getElementType());
     for (Operation &op : block) {
       if (auto w = dyn_cast<WriteOp>(op); w && !stopped) {
         RegionAttr r = w.getRegion();
         add(w.getTargetAttr(), r.getOffset(), r.getShape(), r.getStride(),
-            ckptItem, index);
+            getItemSize(w.getWrittenType()), index);
       } else if (auto c = dyn_cast<CopyOp>(op); c && !stopped) {
         LayoutAttr l = c.getDest();
         add(c.getTargetAttr(), l.getOffset(), l.getShape(), l.getStride(),

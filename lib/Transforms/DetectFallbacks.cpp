@@ -66,12 +66,15 @@ static std::optional<std::string> eventReason(Operation *op, bool &stop) {
         return "applies " + e.getOp().str() + " to it";
       })
       .Case([&](ConvertOp e) -> std::optional<std::string> {
+        // A conversion the executors do is no reason: what follows it (a
+        // copy, an op that is not one) says whether the name is direct.
         auto elem = [](Value v) {
           return cast<RankedTensorType>(v.getType()).getElementType();
         };
-        std::string to = getDtypeName(elem(e.getResult()));
-        return "casts " + getDtypeName(elem(e.getInput())) + " to " + to +
-               " (send it as " + to + " to make it direct)";
+        Type from = elem(e.getInput()), to = elem(e.getResult());
+        if (isConvertible(from, to))
+          return std::nullopt;
+        return castReason(from, to, "");
       })
       .Case([&](InplaceWriteOp e) -> std::optional<std::string> {
         return "writes it without Tensor.copy_ (" + e.getOp().str() + ")";

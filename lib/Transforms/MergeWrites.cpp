@@ -26,6 +26,7 @@ namespace {
 /// A write as plain integers.
 struct PlainWrite {
   FlatSymbolRefAttr target;
+  TypeAttr dtype; // null: a copy of the checkpoint tensor's bytes
   SmallVector<int64_t> starts, stops;
   int64_t offset;
   SmallVector<int64_t> shape, stride;
@@ -42,11 +43,12 @@ struct MergeWritesPass
 } // namespace
 
 /// `a` and `b` as one write if `b` continues `a` along exactly one box dim,
-/// into the same target, with an equal destination stride there.
+/// into the same target, with an equal destination stride there, writing
+/// the same dtype (regions count elements of it).
 static std::optional<PlainWrite> mergePair(const PlainWrite &a,
                                            const PlainWrite &b) {
   size_t rank = a.starts.size();
-  if (a.target != b.target || a.shape.size() != rank ||
+  if (a.target != b.target || a.dtype != b.dtype || a.shape.size() != rank ||
       b.shape.size() != rank || b.starts.size() != rank)
     return std::nullopt; // another target, or a split dim
   int64_t k = -1;
@@ -93,6 +95,7 @@ void MergeWritesPass::runOnCheckpoint(CheckpointOp checkpoint) {
   std::vector<PlainWrite> out;
   for (WriteOp w : writes) {
     PlainWrite p{w.getTargetAttr(),
+                 w.getDtypeAttr(),
                  llvm::to_vector(w.getBox().getStarts()),
                  llvm::to_vector(w.getBox().getStops()),
                  w.getRegion().getOffset(),
@@ -128,7 +131,8 @@ void MergeWritesPass::runOnCheckpoint(CheckpointOp checkpoint) {
   for (const PlainWrite &p : out)
     WriteOp::create(builder, p.loc, p.target,
                     BoxAttr::get(ctx, p.starts, p.stops),
-                    RegionAttr::get(ctx, p.offset, p.shape, p.stride));
+                    RegionAttr::get(ctx, p.offset, p.shape, p.stride),
+                    p.dtype);
   for (WriteOp w : writes)
     w.erase();
 }

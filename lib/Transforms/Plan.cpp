@@ -117,9 +117,12 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
       if (it == e.boxes.end())
         e.boxes.push_back(std::move(box));
       RegionAttr r = write.getRegion();
+      uint32_t convertTo = LOADPLAN_DTYPE_INVALID;
+      if (std::optional<Type> dtype = write.getDtype())
+        convertTo = dtypeCodes.lookup(*dtype);
       e.writes.push_back(PlanWrite{
           targetIndex.lookup(write.getTargetAttr().getAttr()), boxIndex,
-          r.getOffset(), r.getShape().vec(), r.getStride().vec()});
+          r.getOffset(), r.getShape().vec(), r.getStride().vec(), convertTo});
     }
     e.kind = e.writes.empty() ? LOADPLAN_KIND_UNNEEDED : LOADPLAN_KIND_DIRECT;
     plan.entries.push_back(std::move(e));
@@ -200,6 +203,8 @@ void loadplan::printPlanJson(const Plan &plan, raw_ostream &os) {
                 j.attributeBegin("box");
                 box(e.boxes[w.box]);
                 j.attributeEnd();
+                if (w.convertTo)
+                  j.attribute("convert_to", loadplan_dtype_name(w.convertTo));
                 j.attributeObject("region", [&] {
                   j.attribute("offset", w.offset);
                   j.attributeBegin("shape");

@@ -1,9 +1,11 @@
 //===- ToBoxes.cpp - Reduce copies to boxes and regions ---------*- C++ -*-===//
 //
 // A copy from a strided layout of the checkpoint tensor into a target is a
-// box of the checkpoint tensor and a strided region of the target. Anything
-// else (a cast, a broadcast, a step slice, a source without a layout) is not
-// a copy of checkpoint bytes: it gets a fallback reason.
+// box of the checkpoint tensor and a strided region of the target; a copy
+// of such a layout converted (copy_ across dtypes, .to(dtype) then copy_)
+// is a write that converts, where the executors do that conversion.
+// Anything else (arithmetic, a broadcast, a step slice, a source without a
+// layout) is not a copy of checkpoint elements: it gets a fallback reason.
 //
 //===----------------------------------------------------------------------===//
 
@@ -32,9 +34,15 @@ struct ToBoxesPass : public loadplan::impl::ToBoxesBase<ToBoxesPass> {
 };
 } // namespace
 
+static Type elementType(Value v) {
+  return cast<RankedTensorType>(v.getType()).getElementType();
+}
+
 /// Why a value is not a strided layout of the checkpoint tensor: the reason
-/// of the op that lost its layout, found by walking up its inputs.
+/// of the first op that is neither a view nor a conversion the executors
+/// do, found by walking up its inputs.
 static std::string lostReason(Value value) {
+  ConvertOp converted;
   while (Operation *def = value.getDefiningOp()) {
     if (auto apply = dyn_cast<ApplyOp>(def)) {
       if (apply.getReason())
@@ -42,16 +50,21 @@ static std::string lostReason(Value value) {
       return "applies " + apply.getOp().str() + " to it";
     }
     if (auto convert = dyn_cast<ConvertOp>(def)) {
-      std::string to = getDtypeName(
-          cast<RankedTensorType>(convert.getType()).getElementType());
-      return "casts " +
-             getDtypeName(cast<RankedTensorType>(convert.getInput().getType())
-                              .getElementType()) +
-             " to " + to + " (send it as " + to + " to make it direct)";
+      Type from = elementType(convert.getInput()), to = elementType(convert);
+      if (!isConvertible(from, to))
+        return castReason(from, to, "");
+      converted = convert;
     }
     if (def->getNumOperands() == 0)
       break;
     value = def->getOperand(0);
+  }
+  if (converted) {
+    Type to = elementType(converted);
+    return "views it after casting " +
+           getDtypeName(elementType(converted.getInput())) + " to " +
+           getDtypeName(to) + " (cast after the views, or send it as " +
+           getDtypeName(to) + ", to make it direct)";
   }
   return "not a view of the checkpoint tensor";
 }
@@ -67,16 +80,62 @@ static LogicalResult reduceInto(Value srcValue, Strided dst,
                                 CheckpointOp checkpoint, std::string &why,
                                 SmallVector<BoxRegion> &out);
 
+/// The dtype a copy writes when its elements are those of a strided layout
+/// converted (by ConvertOps on the way, then by copy_ itself): the
+/// checkpoint's own (a plain copy) or one a write converts into; or failure
+/// with the reason in `why`. `value` is set to the copied value past the
+/// conversions.
+static FailureOr<Type> writtenType(CopyOp copy, Type ckpt, Value &value,
+                                   std::string &why) {
+  SmallVector<ConvertOp> converts;
+  value = copy.getSrc();
+  while (auto convert = value.getDefiningOp<ConvertOp>()) {
+    converts.push_back(convert);
+    value = convert.getInput();
+  }
+  SmallVector<Type> chain{elementType(value)};
+  for (ConvertOp convert : llvm::reverse(converts))
+    chain.push_back(elementType(convert));
+  bool atCopy = copy.getDtype() != chain.back();
+  if (atCopy)
+    chain.push_back(copy.getDtype());
+  if (chain.front() != ckpt) // not a trace of the checkpoint tensor
+    return why = lostReason(value), failure();
+  for (size_t i = 0; i + 1 < chain.size(); ++i)
+    if (!isConvertible(chain[i], chain[i + 1])) {
+      why = castReason(chain[i], chain[i + 1],
+                       atCopy && i + 2 == chain.size() ? " at copy_" : "");
+      return failure();
+    }
+  if (!convertsAsOne(chain)) {
+    std::string steps;
+    for (Type t : chain)
+      steps += (steps.empty() ? "" : " to ") + getDtypeName(t);
+    std::string to = getDtypeName(chain.back());
+    why = "casts " + steps + ", which gives other bytes than one cast for "
+          "some values (send it as " + to + " to make it direct)";
+    return failure();
+  }
+  return chain.back();
+}
+
 /// The copy as writes (one per box; several when its elements are a union of
 /// boxes), or failure with the reason in `why`. Sets `empty` when the copy
-/// writes no element.
+/// writes no element, and `written` to the dtype it writes.
 static FailureOr<SmallVector<BoxRegion>>
 reduceCopy(CopyOp copy, CheckpointOp checkpoint, TargetOp target,
-           std::string &why, bool &empty) {
+           std::string &why, bool &empty, Type &written) {
   empty = false;
   Value incoming = checkpoint.getIncoming();
+  RankedTensorType ckpt = checkpoint.getTensorType();
+  Type srcType = ckpt.getElementType();
+  Value copied;
+  FailureOr<Type> dtype = writtenType(copy, srcType, copied, why);
+  if (failed(dtype))
+    return failure();
+  written = *dtype;
   // A source without a layout gives its reason before any other.
-  Value src = copy.getSrc();
+  Value src = copied;
   while (auto cat = src.getDefiningOp<CatOp>())
     src = cat.getInputs().front();
   auto reshape = src.getDefiningOp<ReshapeOp>();
@@ -86,15 +145,7 @@ reduceCopy(CopyOp copy, CheckpointOp checkpoint, TargetOp target,
     why = lostReason(src);
     return failure();
   }
-  RankedTensorType ckpt = checkpoint.getTensorType();
-  Type srcType = ckpt.getElementType();
-  if (srcType != copy.getDtype()) {
-    std::string to = getDtypeName(copy.getDtype());
-    why = "casts " + getDtypeName(srcType) + " to " + to +
-          " at copy_ (send it as " + to + " to make it direct)";
-    return failure();
-  }
-  if (target.getByteOffset() % getItemSize(srcType)) {
+  if (target.getByteOffset() % getItemSize(written)) {
     why = "copies into a destination viewed with another element size";
     return failure();
   }
@@ -106,7 +157,7 @@ reduceCopy(CopyOp copy, CheckpointOp checkpoint, TargetOp target,
   Strided dst{dest.getOffset(), llvm::to_vector(dest.getShape()),
               llvm::to_vector(dest.getStride())};
   SmallVector<BoxRegion> out;
-  if (failed(reduceInto(copy.getSrc(), std::move(dst), checkpoint, why, out)))
+  if (failed(reduceInto(copied, std::move(dst), checkpoint, why, out)))
     return failure();
   return out;
 }
@@ -209,7 +260,7 @@ static void eraseWithDeadSource(CopyOp copy) {
   copy.erase();
   while (!dead.empty()) {
     Operation *op = dead.pop_back_val();
-    if (!isa<AsStridedOp, ReshapeOp, CatOp>(op) || !op->use_empty())
+    if (!isa<AsStridedOp, ReshapeOp, CatOp, ConvertOp>(op) || !op->use_empty())
       continue;
     for (Value input : op->getOperands())
       if (Operation *def = input.getDefiningOp())
@@ -232,12 +283,18 @@ void ToBoxesPass::runOnOperation() {
       }
       std::string why;
       bool empty;
-      auto reduced = reduceCopy(copy, checkpoint, target, why, empty);
+      Type written;
+      auto reduced = reduceCopy(copy, checkpoint, target, why, empty, written);
       OpBuilder builder(copy);
       if (succeeded(reduced)) {
+        TypeAttr convertTo;
+        if (written != checkpoint.getTensorType().getElementType()) {
+          convertTo = TypeAttr::get(written);
+          ++numConverting;
+        }
         for (const BoxRegion &w : *reduced)
           WriteOp::create(builder, copy.getLoc(), copy.getTargetAttr(),
-                          w.first, w.second);
+                          w.first, w.second, convertTo);
         eraseWithDeadSource(copy);
         ++numWrites;
       } else if (empty) {

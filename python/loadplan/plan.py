@@ -54,13 +54,16 @@ class ParamMeta:
 class Write:
     """A box of the checkpoint tensor copied into a region of a target:
     ``as_strided`` arguments relative to the target's first byte, in
-    checkpoint-dtype elements."""
+    elements of the dtype written: the checkpoint's, or ``convert_to`` for
+    a write that converts each element (with torch's rounding) as it
+    copies."""
 
     target: str  # module.tensor of the parameter or buffer
     box: Box
     offset: int
     shape: tuple[int, ...]
     stride: tuple[int, ...]
+    convert_to: torch.dtype | None = None
 
 
 @dataclass(frozen=True)
@@ -100,11 +103,13 @@ class PlanError(RuntimeError):
 @dataclass(frozen=True)
 class Dest:
     """One write of a direct name, as torch sees it: the box, the live
-    region it goes to (a view in the checkpoint dtype) and how to cut the
-    box out of the full tensor."""
+    region it goes to (a view in the dtype written: the checkpoint's, or
+    the one a converting write converts into, which ``view.copy_(box)``
+    does with torch's rounding) and how to cut the box out of the full
+    tensor."""
 
     box: Box
-    view: torch.Tensor  # live, in the checkpoint dtype
+    view: torch.Tensor  # live, in the dtype written
     index: tuple[slice, ...]  # the box as an index of the full tensor
     whole: bool  # the box is the whole tensor
     split: bool  # the region splits some of the box's dims
@@ -189,7 +194,8 @@ class Entries(Mapping[str, Entry]):
         if kind != "fallback":
             writes = tuple(
                 Write(self._target_names[w["target"]], _box(w["box"]), w["region"]["offset"],
-                      tuple(w["region"]["shape"]), tuple(w["region"]["stride"]))
+                      tuple(w["region"]["shape"]), tuple(w["region"]["stride"]),
+                      _runtime.dtype_of(w["convert_to"]) if "convert_to" in w else None)
                 for w in e["writes"]
             )
         return Entry(
@@ -283,8 +289,10 @@ class LoadPlan:
     def get_dest(self, name: str) -> list[tuple[Box, torch.Tensor]] | None:
         """(box, live tensor) pairs: copying each box of the checkpoint
         tensor, reshaped to its tensor's shape, into that tensor is exactly
-        what the loader would have written. ``None``: a fallback, send the
-        full tensor through ``load_weights``. Write only; never read."""
+        what the loader would have written (``copy_`` converts where the
+        live tensor has another dtype, with the rounding the loader's
+        own cast has). ``None``: a fallback, send the full tensor through
+        ``load_weights``. Write only; never read."""
         if self.entries[name].kind == "fallback":
             return None
         return [(d.box, d.view) for d in self.dests(name)]
@@ -299,10 +307,10 @@ class LoadPlan:
         return dests
 
     def _make_dests(self, raw: dict) -> tuple[Dest, ...]:
-        dtype = _runtime.dtype_of(raw["dtype"])
         shape = tuple(raw["shape"])
         parts = []
         for w in raw["writes"]:
+            dtype = _runtime.dtype_of(w.get("convert_to", raw["dtype"]))
             target = self.targets[w["target"]]
             box = _box(w["box"])
             region = w["region"]

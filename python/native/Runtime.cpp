@@ -152,6 +152,8 @@ struct PlanMethods {
       write["target"] = wi.target;
       write["box"] = boxOf(e.boxes, e.rank, wi.box);
       write["region"] = region;
+      if (wi.dtype != e.dtype)
+        write["convert_to"] = wi.dtype;
       writes.append(write);
     }
     out["writes"] = writes;
@@ -220,7 +222,8 @@ struct PlanMethods {
         loadplan_write_info_t wi;
         check(loadplan_plan_write(p.plan, i, w, &wi));
         out.writes[w] = {wi.target, wi.box, wi.offset, ints(wi.shape, wi.rank),
-                         ints(wi.stride, wi.rank)};
+                         ints(wi.stride, wi.rank),
+                         wi.dtype != e.dtype ? wi.dtype : 0u};
       }
     }
     return plan;

@@ -267,7 +267,7 @@ PLAN_FILES = [
     ("bad_magic", lambda d: b"NOTAPLAN" + d[8:], {}, _runtime.InvalidPlan,
      '{path}: not a plan file: the magic is not "LOADPLAN"', False),
     ("bad_version", lambda d: _edit(d, _flip(9)), {}, _runtime.InvalidPlan,
-     "{path}: plan format version 257 is not supported (this runtime reads version 1)",
+     "{path}: plan format version 258 is not supported (this runtime reads version 2)",
      False),
     ("damaged_payload", lambda d: _edit(d, _flip(60)), {}, _runtime.InvalidPlan,
      "{path}: checksum mismatch: the header says {hex} but the payload hashes to {hex} "

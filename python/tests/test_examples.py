@@ -247,13 +247,12 @@ def deepseek_kinds(metas, tp, rank, num_layers=2):
 FP8_REASONS = {
     "k_scale": ("reads its values",),
     "v_scale": ("reads its values",),
-    "model.layers.0.mlp.down_proj.weight": ("casts", "send it as", "float8_e4m3fn"),
 }
 
 
 def fp8_kinds(metas, tp, rank):
-    return {m.name: "fallback" if m.name.endswith(("k_scale", "v_scale"))
-            or m.name == "model.layers.0.mlp.down_proj.weight" else "direct" for m in metas}
+    return {m.name: "fallback" if m.name.endswith(("k_scale", "v_scale")) else "direct"
+            for m in metas}
 
 
 CASES = {

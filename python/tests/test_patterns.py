@@ -363,21 +363,32 @@ def test_keeps_incoming_tensor_across_names_is_an_error():
 # ------------------------------------------------------------------ casts
 
 
+# Conversions are writes that convert (test_conversions.py goes further);
+# casts no write does keep their reason.
+
+
 def test_cast_at_copy():
     f, metas = single("p", (4,), "w", (4,), lambda p, w: p.copy_(w), dtype=F32, wdtype=BF16)
-    check(f, metas, {"w": "fallback"}, reasons={"w": ("casts", "at copy_", "send it as", "float32")})
+    check(f, metas, {"w": "direct"})
 
 
 def test_cast_with_to_dtype():
     f, metas = single("p", (4,), "w", (4,), lambda p, w: p.copy_(w.to(F32)), dtype=F32,
                       wdtype=BF16)
-    check(f, metas, {"w": "fallback"}, reasons={"w": ("casts", "send it as", "float32")})
+    check(f, metas, {"w": "direct"})
 
 
 def test_cast_bf16_to_fp8():
     fp8 = torch.float8_e4m3fn
     f, metas = single("p", (4, 4), "w", (4, 4), lambda p, w: p.copy_(w), dtype=fp8, wdtype=BF16)
-    check(f, metas, {"w": "fallback"}, reasons={"w": ("send it as", "float8_e4m3fn")})
+    check(f, metas, {"w": "direct"})
+
+
+def test_cast_no_write_does():
+    f, metas = single("p", (4,), "w", (4,), lambda p, w: p.copy_(w), dtype=torch.float64,
+                      wdtype=BF16)
+    check(f, metas, {"w": "fallback"},
+          reasons={"w": ("casts bfloat16 to float64 at copy_", "send it as float64")})
 
 
 def test_element_preserving_copies_stay_direct():

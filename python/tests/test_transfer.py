@@ -238,6 +238,9 @@ def _run_scenario(name: str, rank: int, world: int, tmp: str, port: int) -> dict
         result["needed"] = sum(e.nbytes for e in plan.entries.values())
         result["model_bytes"] = sum(m.dtype.itemsize * prod(m.shape) for m in metadata)
         result["fallbacks"] = sum(e.kind == "fallback" for e in plan.entries.values())
+        result["converting"] = sorted(
+            n for n, e in plan.entries.items()
+            if e.kind == "direct" and any(w.convert_to is not None for w in e.writes))
     for engine in sc["engines"]:
         out = result["engines"][engine] = {"bytes": 0, "errors": [], "mismatch": None}
         try:
@@ -478,6 +481,11 @@ def test_receivers_match_load_weights_and_move_what_they_need(name: str, launche
         assert receivers[0]["engines"][engine]["summary"] == expected
     if name == "fp8_1_to_2":
         assert all(r["fallbacks"] > 0 for r in receivers)
+        # A bf16-sent name into an fp8 parameter: a write that converts as
+        # the receiver scatters it; the wire carries its bf16 bytes (the
+        # counts above are of the plans' boxes in the sent dtype).
+        assert all(r["converting"] == ["model.layers.0.mlp.down_proj.weight"]
+                   for r in receivers)
 
 
 def test_a_failed_update_fails_every_rank_and_leaves_atomic_receivers(launched):

@@ -23,6 +23,9 @@ SCENARIOS = {
     "qwen3_moe-tp2": dict(family="qwen3_moe", tp=2),
     "qwen3_moe-tp2-expert-parallel": dict(family="qwen3_moe", tp=2, expert_parallel=True),
     "deepseek_v3-mla-moe": dict(family="deepseek_v3"),
+    # A bf16 trainer: e_score_correction_bias goes bf16 into vLLM's fp32
+    # parameter, as a write that converts.
+    "deepseek_v3-bf16-trainer": dict(family="deepseek_v3", fp32_names=()),
     "mixtral-tp2-from-2-sharded-trainers": dict(family="mixtral", tp=2, trainers=2,
                                                 sharded=True),
 }

@@ -7,7 +7,10 @@
 
 using namespace loadplan;
 
-int64_t loadplan::mergeDims(std::vector<ByteDim> &dims, int64_t itemSize) {
+int64_t loadplan::mergeDims(std::vector<ByteDim> &dims, int64_t itemSize,
+                            int64_t srcItemSize) {
+  if (!srcItemSize)
+    srcItemSize = itemSize;
   size_t kept = 0;
   for (const ByteDim &d : dims) {
     if (d.size == 0) {
@@ -33,7 +36,7 @@ int64_t loadplan::mergeDims(std::vector<ByteDim> &dims, int64_t itemSize) {
   }
   dims.resize(n);
   int64_t run = itemSize;
-  if (!dims.empty() && dims.back().srcStride == itemSize &&
+  if (!dims.empty() && dims.back().srcStride == srcItemSize &&
       dims.back().dstStride == itemSize) {
     run *= dims.back().size;
     dims.pop_back();
@@ -57,6 +60,7 @@ Copies loadplan::buildCopies(const Plan &plan, SourceForm form,
     for (const Write &w : e.writes) {
       if (e.boxElements(w.box) == 0)
         continue;
+      int64_t dstItemSize = loadplan_dtype_size(writtenDtype(e, w));
       extents.resize(e.rank());
       for (uint32_t k = 0; k < e.rank(); ++k)
         extents[k] = e.boxStop(w.box, k) - e.boxStart(w.box, k);
@@ -82,7 +86,7 @@ Copies loadplan::buildCopies(const Plan &plan, SourceForm form,
             --j;
           } while (w.shape[j] == 1);
           dims.push_back({w.shape[j], srcStrides[k] * acc * itemSize,
-                          w.stride[j] * itemSize});
+                          w.stride[j] * dstItemSize});
           acc *= w.shape[j];
         }
       }
@@ -91,14 +95,19 @@ Copies loadplan::buildCopies(const Plan &plan, SourceForm form,
       c.entry = ei;
       c.box = e.firstBox + w.box;
       c.srcOffset = srcOffset;
-      c.dst = storageBases[t.storage] + t.byteOffset + w.offset * itemSize;
-      c.run = mergeDims(dims, itemSize);
+      c.dst = storageBases[t.storage] + t.byteOffset + w.offset * dstItemSize;
+      c.run = mergeDims(dims, dstItemSize, itemSize);
       c.rows = 1;
       for (const ByteDim &d : dims)
         c.rows *= d.size;
       c.firstDim = static_cast<uint32_t>(out.dims.size());
       c.numDims = static_cast<uint32_t>(dims.size());
-      c.itemSize = static_cast<uint32_t>(itemSize);
+      c.itemSize = static_cast<uint32_t>(dstItemSize);
+      c.srcItemSize = static_cast<uint32_t>(itemSize);
+      if (w.convertTo) {
+        c.convertFrom = e.dtype;
+        c.convertTo = w.convertTo;
+      }
       out.dims.insert(out.dims.end(), dims.begin(), dims.end());
       out.copies.push_back(c);
     }

@@ -31,7 +31,9 @@ struct ByteDim {
 
 /// A copy of `rows` runs of `run` contiguous bytes: row i (row-major over
 /// the dims) reads at srcOffset + sum(i[k] * srcStride[k]) in its source and
-/// writes at dst + sum(i[k] * dstStride[k]).
+/// writes at dst + sum(i[k] * dstStride[k]). A converting copy (`convertTo`
+/// set) counts `run` in destination bytes: a row is run / itemSize elements,
+/// read srcItemSize bytes apart and converted (loadplan/convert.h).
 struct Copy {
   uint32_t entry;
   uint32_t box;      // global box index (Entry::firstBox + box)
@@ -41,9 +43,15 @@ struct Copy {
   int64_t rows;      // product of the dims' sizes
   uint32_t firstDim; // into Copies::dims, outermost first
   uint32_t numDims;
-  uint32_t itemSize;
+  uint32_t itemSize; // of the destination's elements
+  uint32_t srcItemSize;
+  /// LOADPLAN_DTYPE_INVALID for a byte copy; else the dtypes converted.
+  uint32_t convertFrom = LOADPLAN_DTYPE_INVALID;
+  uint32_t convertTo = LOADPLAN_DTYPE_INVALID;
 
+  /// Destination bytes.
   int64_t bytes() const { return run * rows; }
+  bool converts() const { return convertTo != LOADPLAN_DTYPE_INVALID; }
 };
 
 struct Copies {
@@ -66,9 +74,12 @@ Copies buildCopies(const Plan &plan, SourceForm form,
 /// Merges `dims` (in place) into the fewest dims that copy the same bytes:
 /// drops dims of size 1, orders by destination stride (outermost first) and
 /// merges a dim into the next where they are contiguous in both source and
-/// destination. Returns the contiguous run in bytes peeled off the innermost
-/// dim (`itemSize` when there is none), or 0 when some dim has size 0.
-int64_t mergeDims(std::vector<ByteDim> &dims, int64_t itemSize);
+/// destination. Returns the contiguous run in destination bytes peeled off
+/// the innermost dim (`itemSize` when there is none), or 0 when some dim has
+/// size 0. Elements take `itemSize` bytes in the destination and
+/// `srcItemSize` (default: the same) in the source.
+int64_t mergeDims(std::vector<ByteDim> &dims, int64_t itemSize,
+                  int64_t srcItemSize = 0);
 
 } // namespace loadplan
 

@@ -10,6 +10,7 @@
 
 #include "Plan.h"
 #include "Status.h"
+#include "loadplan/convert.h"
 #include "loadplan/format/ByteIO.h"
 
 #include <algorithm>
@@ -188,6 +189,12 @@ void checkWrite(const Plan &plan, const Entry &e, uint32_t index) {
   if (w.box >= e.numBoxes)
     invalid(concat(label(), ": box index ", w.box, " is out of range (",
                    quote(e.name), " has ", e.numBoxes, " boxes)"));
+  if (w.convertTo && !loadplan_convert::isConvertible(e.dtype, w.convertTo))
+    invalid(concat(label(), ": converts ", loadplan_dtype_name(e.dtype), " to ",
+                   dtypeText(w.convertTo),
+                   ", which no executor does (convert_to must be 0, or one "
+                   "of bfloat16, float16, float32, float8_e4m3fn and "
+                   "float8_e5m2 other than the entry's dtype)"));
   for (size_t k = 0; k < w.shape.size(); ++k)
     if (w.shape[k] < 0 || w.stride[k] < 0)
       invalid(concat(label(), ": negative size or stride in its region (shape ",
@@ -208,7 +215,7 @@ void checkWrite(const Plan &plan, const Entry &e, uint32_t index) {
                    " is not the box shape ", extents, " with dims split"));
 
   const Target &t = plan.targets[w.target];
-  int64_t itemSize = loadplan_dtype_size(e.dtype);
+  int64_t itemSize = loadplan_dtype_size(writtenDtype(e, w));
   uint64_t storageSize = plan.storageSizes[t.storage];
   int64_t offsetBytes, first, span, end;
   if (__builtin_mul_overflow(w.offset, itemSize, &offsetBytes) ||
@@ -282,9 +289,9 @@ void checkOverlaps(const Plan &plan) {
   placed.reserve(plan.numWrites);
   for (uint32_t ei = 0; ei < plan.entries.size(); ++ei) {
     const Entry &e = plan.entries[ei];
-    int64_t itemSize = loadplan_dtype_size(e.dtype);
     for (uint32_t wi = 0; wi < e.writes.size(); ++wi) {
       const Write &w = e.writes[wi];
+      int64_t itemSize = loadplan_dtype_size(writtenDtype(e, w));
       int64_t span = 0;
       spanBytes(w.shape, w.stride, itemSize, span);
       if (span == 0)
@@ -313,7 +320,7 @@ void checkOverlaps(const Plan &plan) {
       for (size_t k = i; k < j; ++k) {
         const Entry &e = plan.entries[placed[k].entry];
         const Write &w = e.writes[placed[k].write];
-        int64_t itemSize = loadplan_dtype_size(e.dtype);
+        int64_t itemSize = loadplan_dtype_size(writtenDtype(e, w));
         cursors.emplace_back(placed[k].first,
                              sortedByteDims(w.shape, w.stride, itemSize),
                              itemSize, uint32_t(k));
@@ -431,7 +438,11 @@ std::unique_ptr<Plan> loadplan::parsePlan(const uint8_t *data, size_t size) {
   if (version != LOADPLAN_PLAN_VERSION)
     invalid(concat("plan format version ", version,
                    " is not supported (this runtime reads version ",
-                   LOADPLAN_PLAN_VERSION, ")"));
+                   LOADPLAN_PLAN_VERSION, ")",
+                   version < LOADPLAN_PLAN_VERSION
+                       ? "; the plan was written by an older compiler: "
+                         "compile it again"
+                       : ""));
   uint32_t headerSize = loadU32(data + FileHeader::kHeaderSizeAt);
   if (headerSize != LOADPLAN_PLAN_HEADER_SIZE)
     invalid(concat("header size is ", headerSize, ", not ",
@@ -535,13 +546,14 @@ std::unique_ptr<Plan> loadplan::parsePlan(const uint8_t *data, size_t size) {
     numBoxes += e.numBoxes;
     if (numBoxes > std::numeric_limits<uint32_t>::max())
       invalid("the plan has more than 2^32 boxes");
-    uint32_t numWrites = r.count(what("writes"), 20);
+    uint32_t numWrites = r.count(what("writes"), 24);
     e.writes.resize(numWrites);
     for (uint32_t wi = 0; wi < numWrites; ++wi) {
       Write &w = e.writes[wi];
       Field wwhat = what("write", wi);
       w.target = r.u32(wwhat("target"));
       w.box = r.u32(wwhat("box"));
+      w.convertTo = r.u32(wwhat("convert_to"));
       w.offset = r.i64(wwhat("region offset"));
       uint32_t regionRank = r.u32(wwhat("region rank"));
       if (regionRank > kMaxRank)

@@ -61,6 +61,11 @@ struct Entry {
   int64_t boxElements(uint32_t box) const;
 };
 
+/// The dtype write `w` of `e` writes: `e`'s, or the one it converts to.
+inline uint32_t writtenDtype(const Entry &e, const Write &w) {
+  return loadplan_format::writtenDtype(e.dtype, w);
+}
+
 struct Plan {
   Plan() = default;
   Plan(const Plan &) = delete;

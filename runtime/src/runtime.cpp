@@ -203,6 +203,7 @@ loadplan_status_t loadplan_plan_write(const loadplan_plan_t *plan,
     out->rank = static_cast<uint32_t>(w.shape.size());
     out->shape = w.shape.data();
     out->stride = w.stride.data();
+    out->dtype = writtenDtype(e, w);
   });
 }
 

@@ -171,22 +171,27 @@ std::vector<PlanCase> planCases() {
       {"BadMagic", bytesOf([](auto &b) { b[7] = 'X'; }), kInvalidPlan,
        "not a plan file: the magic is not \"LOADPLAN\""},
       {"BadVersion",
-       bytesOf([](auto &b) { storeU32(b.data() + FileHeader::kVersionAt, 2); }),
+       bytesOf([](auto &b) { storeU32(b.data() + FileHeader::kVersionAt, 3); }),
        kInvalidPlan,
-       "plan format version 2 is not supported (this runtime reads version "
-       "1)"},
+       "plan format version 3 is not supported (this runtime reads version "
+       "2)"},
+      {"OldVersion",
+       bytesOf([](auto &b) { storeU32(b.data() + FileHeader::kVersionAt, 1); }),
+       kInvalidPlan,
+       "plan format version 1 is not supported (this runtime reads version "
+       "2); the plan was written by an older compiler: compile it again"},
       {"BadHeaderSize", bytesOf([](auto &b) {
          storeU32(b.data() + FileHeader::kHeaderSizeAt, 32);
        }),
        kInvalidPlan, "header size is 32, not 40"},
       {"TruncatedPayload", bytesOf([](auto &b) { b.pop_back(); }), kInvalidPlan,
-       "plan is truncated: the header announces a payload of 1311 bytes but "
-       "1310 follow"},
+       "plan is truncated: the header announces a payload of 1339 bytes but "
+       "1338 follow"},
       {"BytesAfterPayload", bytesOf([](auto &b) { b.push_back(0); }),
        kInvalidPlan, "1 bytes follow the payload the header announces"},
       {"ChecksumMismatch", bytesOf([](auto &b) { b[60] ^= 1; }), kInvalidPlan,
-       "checksum mismatch: the header says 0x4b553b908761ffc3 but the payload "
-       "hashes to 0xbed2ea4653b00adc (the file is damaged)"},
+       "checksum mismatch: the header says 0x392c5fff9ebcb0f3 but the payload "
+       "hashes to 0x7a82d6c21e23edbc (the file is damaged)"},
       {"FingerprintNotOfTargets",
        bytesOf([](auto &b) { b[FileHeader::kFingerprintAt] ^= 1; }),
        kInvalidPlan,
@@ -197,20 +202,20 @@ std::vector<PlanCase> planCases() {
        kInvalidPlan,
        "plan is truncated: 6 targets need at least 168 bytes but 52 are left "
        "at byte 88"},
-      {"PayloadCutInAnEntry", payloadOf([](auto &b) { b.resize(700); }),
+      {"PayloadCutInAnEntry", payloadOf([](auto &b) { b.resize(708); }),
        kInvalidPlan,
-       "plan is truncated: entry 1 dtype at byte 740 needs 4 bytes but 0 are "
+       "plan is truncated: entry 1 dtype at byte 748 needs 4 bytes but 0 are "
        "left"},
       {"HugeStorageCount", payloadOf([](auto &b) { storeU32(b.data(), ~0u); }),
        kInvalidPlan,
        "plan is truncated: 4294967295 storages need at least 34359738360 "
-       "bytes but 1307 are left at byte 44"},
+       "bytes but 1335 are left at byte 44"},
       {"StorageOf2To63Bytes",
        planOf([](TestPlan &p) { p.storageSizes[1] = uint64_t(1) << 63; }),
        kInvalidPlan, "storage 1 has 9223372036854775808 bytes, more than 2^63"},
       {"BytesAfterTheLastEntry", payloadOf([](auto &b) { b.push_back(0); }),
        kInvalidPlan,
-       "1 bytes after the last entry at byte 1351 are not part of the format"},
+       "1 bytes after the last entry at byte 1379 are not part of the format"},
       // Targets.
       {"TargetStorageOutOfRange",
        planOf([](TestPlan &p) { p.targets[1].storage = 9; }), kInvalidPlan,

@@ -189,6 +189,15 @@ TEST(Cuda, LargeCopies) {
       checkOnDevice(p, where, boxes, builder.rng);
 }
 
+TEST(Cuda, ConvertingWrites) {
+  SKIP_WITHOUT_GPU();
+  TestPlan p = convertingPlan();
+  std::mt19937_64 rng(41);
+  for (Where where : {Where::Device, Where::DeviceMisaligned, Where::Pinned})
+    for (bool boxes : {false, true})
+      checkOnDevice(p, where, boxes, rng);
+}
+
 TEST(Cuda, PinnedHostSources) {
   SKIP_WITHOUT_GPU();
   for (uint64_t seed = 30; seed <= 35; ++seed) {

@@ -271,6 +271,52 @@ TEST(DeviceCode, KernelArithmeticMatchesTheReference) {
   }
 }
 
+TEST(Executor, ConvertingWrites) {
+  TestPlan p = convertingPlan();
+  std::mt19937_64 rng(7);
+  for (uint32_t threads : {1u, 3u})
+    for (SourceForm form : {SourceForm::Tensor, SourceForm::Box})
+      checkAgainstReference(p, threads, form, rng);
+}
+
+TEST(Pieces, ConvertingCopiesAreCutBetweenElements) {
+  TestPlan p = convertingPlan();
+  std::unique_ptr<Plan> plan = parse(p);
+  std::mt19937_64 rng(8);
+  for (int64_t pieceBytes : {1, 3, 6, 1000})
+    for (SourceForm form : {SourceForm::Tensor, SourceForm::Box}) {
+      Scenario scenario(p, rng);
+      Copies copies = copiesOf(*plan, scenario.memory, form);
+      std::vector<Piece> pieces;
+      std::vector<uint32_t> entryBegin;
+      cutPieces(copies, pieceBytes, pieces, entryBegin);
+      for (const Piece &piece : pieces) {
+        const Copy &c = copies.copies[piece.copy];
+        if (c.converts()) {
+          ASSERT_EQ(piece.begin % c.itemSize, 0);
+          ASSERT_EQ(piece.end % c.itemSize, 0);
+        }
+        copyPiece(c, copies.dimsOf(c), sourceOf(*plan, scenario.update, c, form),
+                  piece.begin, piece.end, 0);
+      }
+      ASSERT_EQ(scenario.memory.storages, scenario.expected)
+          << "pieces of " << pieceBytes;
+    }
+}
+
+TEST(DeviceCode, ConvertingWritesMatchTheReference) {
+  TestPlan p = convertingPlan();
+  std::unique_ptr<Plan> plan = parse(p);
+  std::mt19937_64 rng(9);
+  for (size_t misalign : {0, 1, 2})
+    for (SourceForm form : {SourceForm::Tensor, SourceForm::Box}) {
+      Scenario scenario(p, rng);
+      emulateDevice(*plan, scenario.memory, scenario.update, form, misalign);
+      ASSERT_EQ(scenario.memory.storages, scenario.expected)
+          << "misaligned by " << misalign;
+    }
+}
+
 TEST(DeviceCode, RefusesCopiesWithTooManyDims) {
   // A [2]*7 tensor written fully transposed: no two dims merge, 7 remain.
   TestPlan p;

@@ -11,6 +11,7 @@
 #define LOADPLAN_RUNTIME_TESTS_TESTUTIL_H
 
 #include "PlanWriter.h"
+#include "loadplan/convert.h"
 
 #include <gtest/gtest.h>
 
@@ -159,6 +160,7 @@ inline void applyReference(const TestPlan &plan, Memory &memory,
     size_t item = loadplan_dtype_size(e.dtype);
     std::vector<int64_t> strides = rowMajor(e.shape);
     for (const TestWrite &w : e.writes) {
+      size_t dstItem = loadplan_dtype_size(loadplan_format::writtenDtype(e.dtype, w));
       const TestBox &box = e.boxes[w.box];
       std::vector<int64_t> extents = box.extents();
       const TestTarget &t = plan.targets[w.target];
@@ -176,7 +178,12 @@ inline void applyReference(const TestPlan &plan, Memory &memory,
           dst += (rest % w.shape[k]) * w.stride[k];
           rest /= w.shape[k];
         }
-        std::memcpy(target + dst * item, it->second.data() + src * item, item);
+        if (w.convertTo)
+          loadplan_convert::convertElement(target + dst * dstItem, w.convertTo,
+                                           it->second.data() + src * item,
+                                           e.dtype);
+        else
+          std::memcpy(target + dst * item, it->second.data() + src * item, item);
       }
     }
   }
@@ -246,6 +253,38 @@ inline TestPlan samplePlan() {
                        std::nullopt, {}, {}});
   return p;
 }
+
+/// Converting writes of every shape an executor treats apart: contiguous
+/// (one run), a column block (rows), transposed (runs of one element),
+/// split, and a box written twice (plainly and converting).
+inline TestPlan convertingPlan() {
+  TestPlan p;
+  constexpr uint32_t bf16 = LOADPLAN_DTYPE_BFLOAT16, f32 = LOADPLAN_DTYPE_FLOAT32,
+                     f16 = LOADPLAN_DTYPE_FLOAT16,
+                     e4m3 = LOADPLAN_DTYPE_FLOAT8_E4M3FN,
+                     e5m2 = LOADPLAN_DTYPE_FLOAT8_E5M2;
+  p.storageSizes = {4 * 3000, 64 * 40, 2 * 4 * 6 + 8, 2 * 64};
+  uint32_t bias = p.addTarget({"m", "bias", 0, 0, f32, {3000}, {1}});
+  uint32_t q = p.addTarget({"m", "q", 1, 0, e4m3, {64, 40}, {40, 1}});
+  uint32_t t = p.addTarget({"m", "t", 2, 0, f16, {6, 4}, {4, 1}});
+  uint32_t n = p.addTarget({"m", "n", 3, 0, bf16, {64}, {1}});
+  p.entries.push_back({"bias", LOADPLAN_KIND_DIRECT, bf16, {3000}, std::nullopt,
+                       {{{0}, {3000}}}, {{bias, 0, 0, {3000}, {1}, f32}}});
+  // Columns 20..60 of [64, 64] f32 into e4m3 [64, 40].
+  p.entries.push_back({"q", LOADPLAN_KIND_DIRECT, f32, {64, 64}, std::nullopt,
+                       {{{0, 20}, {64, 60}}}, {{q, 0, 0, {64, 40}, {40, 1}, e4m3}}});
+  // P.copy_(W.t()): e5m2 [4, 6] into f16 [6, 4].
+  p.entries.push_back({"t", LOADPLAN_KIND_DIRECT, e5m2, {4, 6}, std::nullopt,
+                       {{{0, 0}, {4, 6}}}, {{t, 0, 0, {4, 6}, {1, 4}, f16}}});
+  // f16 [32] into bf16, split [4, 8], and the same box again copied
+  // plainly into the second half of the storage.
+  p.entries.push_back({"n", LOADPLAN_KIND_DIRECT, f16, {32}, std::nullopt,
+                       {{{0}, {32}}},
+                       {{n, 0, 0, {4, 8}, {8, 1}, bf16},
+                        {n, 0, 32, {32}, {1}}}});
+  return p;
+}
+
 
 /// Random plans: entries of rank 1 to 3 and dtypes of 1 to 8 bytes, with
 /// several boxes each going to one or two destinations whose dims are split

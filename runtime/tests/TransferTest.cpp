@@ -88,6 +88,8 @@ struct Topology {
   uint64_t cap = 0;
   /// Rows of a "big" weight added to every plan (addBigWeight); 0: none.
   int64_t bigRows = 0;
+  /// Whether every plan has converting writes (addConvertingNames).
+  bool converting = false;
 
   std::vector<TestPlan> plans;
   std::vector<PlanPtr> handles;
@@ -98,6 +100,8 @@ struct Topology {
       plans.push_back(tpPlan(receivers, r));
       if (bigRows)
         addBigWeight(plans.back(), receivers, r, bigRows, 1024);
+      if (converting)
+        addConvertingNames(plans.back(), receivers, r);
       handles.push_back(openPlan(plans.back()));
     }
     decl.engine = engine;
@@ -295,6 +299,7 @@ struct Case {
   Layout layout;
   bool atomic;
   uint64_t cap;
+  bool converting = false;
 };
 
 void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
@@ -317,6 +322,7 @@ TEST_P(TransferGloo, ReceiversMatchTheReferenceAndMoveWhatTheyNeed) {
   std::string dir = storeDir();
   EXPECT_TRUE(runRanks(c.senders + c.receivers, [&](int rank) {
     Topology sc{c.senders, c.receivers, c.engine, c.layout, c.atomic, c.cap};
+    sc.converting = c.converting;
     return runScenario(sc, rank, dir);
   }));
 }
@@ -330,7 +336,17 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"MToNTpTwoToFour", 2, 4, LOADPLAN_ENGINE_M_TO_N, Layout::TpShards, false, 0},
         Case{"MToNFsdpFourToTwo", 4, 2, LOADPLAN_ENGINE_M_TO_N, Layout::RowShards, false, 0},
         Case{"FullFsdpFourToTwoSmallCap", 4, 2, LOADPLAN_ENGINE_FULL, Layout::RowShards, false, 64},
-        Case{"MToNAtomicSmallCap", 2, 2, LOADPLAN_ENGINE_M_TO_N, Layout::RowShards, true, 64}),
+        Case{"MToNAtomicSmallCap", 2, 2, LOADPLAN_ENGINE_M_TO_N, Layout::RowShards, true, 64},
+        // Writes that convert (bf16 into f32, f32 into fp8): staged and
+        // scattered converting, whatever the engine.
+        Case{"ConvertingFullOneToTwo", 1, 2, LOADPLAN_ENGINE_FULL, Layout::Replica, false, 0,
+             true},
+        Case{"ConvertingSlicedOneToTwo", 1, 2, LOADPLAN_ENGINE_SLICED, Layout::Replica, false,
+             0, true},
+        Case{"ConvertingMToNFsdpFourToTwoSmallCap", 4, 2, LOADPLAN_ENGINE_M_TO_N,
+             Layout::RowShards, false, 64, true},
+        Case{"ConvertingMToNAtomic", 2, 2, LOADPLAN_ENGINE_M_TO_N, Layout::RowShards, true, 0,
+             true}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 class TransferFailures : public TransferGloo {};

@@ -305,6 +305,28 @@ inline TestPlan tpPlan(int64_t tp, int64_t r, int64_t experts = 4) {
   return p;
 }
 
+/// Adds two converting names to a TP=`tp` receiver's plan `p`: "bias32",
+/// bf16 [16] whose rank-r rows land converted in an f32 target (a
+/// column-parallel bias kept in fp32), and "w8", f32 [8, 16] whose rank-r
+/// column block lands converted into an fp8 (e4m3fn) target, transposed.
+/// What moves is the bf16 and f32 bytes.
+inline void addConvertingNames(TestPlan &p, int64_t tp, int64_t r) {
+  constexpr uint32_t bf16 = LOADPLAN_DTYPE_BFLOAT16, f32 = LOADPLAN_DTYPE_FLOAT32,
+                     e4m3 = LOADPLAN_DTYPE_FLOAT8_E4M3FN;
+  int64_t rows = 16 / tp;
+  uint32_t storage = uint32_t(p.storageSizes.size());
+  p.storageSizes.push_back(uint64_t(rows * 4 + 8 * rows));
+  uint32_t b = p.addTarget({"bias32", "bias", storage, 0, f32, {rows}, {1}});
+  uint32_t w = p.addTarget({"w8", "weight", storage, uint64_t(rows * 4), e4m3,
+                            {rows, 8}, {8, 1}});
+  p.entries.push_back({"bias32", LOADPLAN_KIND_DIRECT, bf16, {16}, std::nullopt,
+                       {{{r * rows}, {(r + 1) * rows}}},
+                       {{b, 0, 0, {rows}, {1}, f32}}});
+  p.entries.push_back({"w8", LOADPLAN_KIND_DIRECT, f32, {8, 16}, std::nullopt,
+                       {{{0, r * rows}, {8, (r + 1) * rows}}},
+                       {{w, 0, 0, {8, rows}, {1, 8}, e4m3}}});
+}
+
 /// Adds "big" [rows, cols] float32 to a TP=`tp` receiver's plan `p`:
 /// rank r needs the column block [r * cols / tp, (r + 1) * cols / tp), in
 /// a storage of its own. From row shards, every piece of it is packed, so a

@@ -164,3 +164,29 @@ module {
     loadplan.write @p box <[4, 8]> region <offset = 2, shape = [4], stride = [1]>
   }
 }
+
+// -----
+
+module {
+  loadplan.storage @s size 1024
+  loadplan.target @p module "m" tensor "p" storage @s byte_offset 0 stride [1] : tensor<64xf32>
+  // A converting write's bytes are those of the dtype it writes: 4 f32
+  // elements from bf16 are bytes [0, 16), which a bf16 write at element 6
+  // (bytes [12, 20)) meets.
+  // CHECK-LABEL: loadplan.checkpoint "wide"
+  // CHECK-NEXT:    loadplan.fallback "writes overlap with 'narrow'"
+  loadplan.checkpoint "wide" : tensor<4xbf16> (%w) {
+    loadplan.write @p box <[0, 4]> region <offset = 0, shape = [4], stride = [1]> as f32
+  }
+  // CHECK-LABEL: loadplan.checkpoint "narrow"
+  // CHECK-NEXT:    loadplan.fallback "writes overlap with 'wide'"
+  loadplan.checkpoint "narrow" : tensor<4xbf16> (%w) {
+    loadplan.write @p box <[0, 4]> region <offset = 6, shape = [4], stride = [1]>
+  }
+  // Bytes [20, 36) as f32 from fp8 meet nothing.
+  // CHECK-LABEL: loadplan.checkpoint "beside"
+  // CHECK-NEXT:    loadplan.write
+  loadplan.checkpoint "beside" : tensor<4xf8E4M3FN> (%w) {
+    loadplan.write @p box <[0, 4]> region <offset = 5, shape = [4], stride = [1]> as f32
+  }
+}

@@ -64,6 +64,7 @@ module {
   loadplan.target @a module "m" tensor "a" storage @s byte_offset 0 stride [8, 1] : tensor<8x8xbf16>
   loadplan.target @b module "m" tensor "b" storage @s byte_offset 128 stride [8, 1] : tensor<8x8xbf16>
   loadplan.target @c module "m" tensor "c" storage @s byte_offset 1024 stride [8, 1] : tensor<32x8xbf16>
+  loadplan.target @f module "m" tensor "f" storage @s byte_offset 2048 stride [1] : tensor<64xf32>
   // Writes that must not merge.
   // CHECK-LABEL: loadplan.checkpoint "other_target"
   // CHECK-NEXT:    loadplan.write @a box <[0, 1], [0, 8]>
@@ -143,5 +144,30 @@ module {
   loadplan.checkpoint "backwards_destination" : tensor<2x8xbf16> (%w) {
     loadplan.write @c box <[0, 1], [0, 8]> region <offset = 8, shape = [1, 8], stride = [8, 1]>
     loadplan.write @c box <[1, 2], [0, 8]> region <offset = 0, shape = [1, 8], stride = [8, 1]>
+  }
+  // Converting writes merge with writes of the same conversion only:
+  // regions count elements of the dtype written.
+  // CHECK-LABEL: loadplan.checkpoint "converting_rows"
+  // CHECK-NEXT:    loadplan.write @f box <[0, 4]> region <offset = 0, shape = [4], stride = [1]> as f32
+  // CHECK-NEXT:  }
+  loadplan.checkpoint "converting_rows" : tensor<4xbf16> (%w) {
+    loadplan.write @f box <[0, 2]> region <offset = 0, shape = [2], stride = [1]> as f32
+    loadplan.write @f box <[2, 4]> region <offset = 2, shape = [2], stride = [1]> as f32
+  }
+  // CHECK-LABEL: loadplan.checkpoint "mixed_conversions"
+  // CHECK-NEXT:    loadplan.write @f box <[0, 2]> region <offset = 8, shape = [2], stride = [1]> as f32
+  // CHECK-NEXT:    loadplan.write @f box <[2, 4]> region <offset = 10, shape = [2], stride = [1]> as f16
+  // CHECK-NEXT:  }
+  loadplan.checkpoint "mixed_conversions" : tensor<4xbf16> (%w) {
+    loadplan.write @f box <[0, 2]> region <offset = 8, shape = [2], stride = [1]> as f32
+    loadplan.write @f box <[2, 4]> region <offset = 10, shape = [2], stride = [1]> as f16
+  }
+  // CHECK-LABEL: loadplan.checkpoint "copy_then_convert"
+  // CHECK-NEXT:    loadplan.write @f box <[0, 2]> region <offset = 32, shape = [2], stride = [1]>{{$}}
+  // CHECK-NEXT:    loadplan.write @f box <[2, 4]> region <offset = 34, shape = [2], stride = [1]> as f32
+  // CHECK-NEXT:  }
+  loadplan.checkpoint "copy_then_convert" : tensor<4xbf16> (%w) {
+    loadplan.write @f box <[0, 2]> region <offset = 32, shape = [2], stride = [1]>
+    loadplan.write @f box <[2, 4]> region <offset = 34, shape = [2], stride = [1]> as f32
   }
 }

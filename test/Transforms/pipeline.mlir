@@ -111,7 +111,8 @@ module {
 // CHECK-LABEL: loadplan.checkpoint "moe.experts.w3.g_idx"
 // CHECK-NEXT:    loadplan.fallback "writes overlap with 'moe.experts.w1.g_idx'"
 // CHECK-LABEL: loadplan.checkpoint "norm.weight"
-// CHECK-NEXT:    loadplan.fallback "casts float8_e4m3fn to bfloat16 at copy_ (send it as bfloat16 to make it direct)"
+// CHECK-NEXT:    loadplan.write @norm box <[0, 8]> region <offset = 0, shape = [8], stride = [1]> as bf16
+// CHECK-NEXT:  }
 // CHECK-LABEL: loadplan.checkpoint "moe.experts.0.bias"
 // CHECK-NOT:     loadplan.write
 // CHECK:       }
@@ -142,18 +143,23 @@ module {
 // JSON-NEXT:   ]
 // JSON:      "moe.experts.w1.g_idx": {
 // JSON-NEXT:   "kind": "fallback",
+// JSON:      "norm.weight": {
+// JSON-NEXT:   "kind": "direct",
+// JSON-NEXT:   "dtype": "float8_e4m3fn",
+// JSON:          "convert_to": "bfloat16",
+// JSON-NEXT:     "region": {
 // JSON:      "moe.experts.0.bias": {
 // JSON-NEXT:   "kind": "unneeded",
 // JSON:      "stats": {
 // JSON-NEXT:   "names": 11,
-// JSON-NEXT:   "direct": 6,
-// JSON-NEXT:   "fallback": 4,
+// JSON-NEXT:   "direct": 7,
+// JSON-NEXT:   "fallback": 3,
 // JSON-NEXT:   "unneeded": 1,
 
 // REPORT-DAG: load plan: 1 fallback names, e.g. ['attn.k_scale']: its loader reads its values (aten._local_scalar_dense)
 // REPORT-DAG: load plan: 1 fallback names, e.g. ['moe.experts.w1.g_idx']: writes overlap with 'moe.experts.w3.g_idx'
 // REPORT-DAG: load plan: 1 fallback names, e.g. ['moe.experts.w3.g_idx']: writes overlap with 'moe.experts.w1.g_idx'
-// REPORT-DAG: load plan: 1 fallback names, e.g. ['norm.weight']: casts float8_e4m3fn to bfloat16 at copy_ (send it as bfloat16 to make it direct)
-// REPORT:     load plan: 11 names: 6 direct ({{.*}} MiB), 4 fallback ({{.*}} MiB), 1 not needed on this rank; compiled in
+// REPORT-NOT: norm.weight
+// REPORT:     load plan: 11 names: 7 direct ({{.*}} MiB), 3 fallback ({{.*}} MiB), 1 not needed on this rank; compiled in
 
 // MAGIC: LOADPLAN

@@ -303,17 +303,25 @@ module {
   loadplan.checkpoint "view_at_copy" : tensor<4x6xbf16> (%w) {
     loadplan.copy %w to @p <offset = 192, shape = [24], stride = [1]> as bf16 : tensor<4x6xbf16>
   }
+  // Conversions the executors do are writes that convert (more in
+  // to-boxes-convert.mlir); others fall back.
   // CHECK-LABEL: loadplan.checkpoint "cast_at_copy"
-  // CHECK:         loadplan.fallback "casts bfloat16 to float8_e4m3fn at copy_ (send it as float8_e4m3fn to make it direct)"
+  // CHECK-NEXT:    loadplan.write @q box <[0, 8]> region <offset = 0, shape = [8], stride = [1]> as f8E4M3FN
+  // CHECK-NEXT:  }
   loadplan.checkpoint "cast_at_copy" : tensor<8xbf16> (%w) {
     loadplan.copy %w to @q <offset = 0, shape = [8], stride = [1]> as f8E4M3FN : tensor<8xbf16>
   }
   // CHECK-LABEL: loadplan.checkpoint "convert"
-  // CHECK:         loadplan.fallback "casts bfloat16 to float8_e4m3fn (send it as float8_e4m3fn to make it direct)"
-  // CHECK-NEXT:    loadplan.copy
+  // CHECK-NEXT:    loadplan.write @q box <[0, 8]> region <offset = 16, shape = [8], stride = [1]> as f8E4M3FN
+  // CHECK-NEXT:  }
   loadplan.checkpoint "convert" : tensor<8xbf16> (%w) {
     %0 = loadplan.convert %w : tensor<8xbf16> -> tensor<8xf8E4M3FN>
     loadplan.copy %0 to @q <offset = 16, shape = [8], stride = [1]> as f8E4M3FN : tensor<8xf8E4M3FN>
+  }
+  // CHECK-LABEL: loadplan.checkpoint "cast_to_int"
+  // CHECK:         loadplan.fallback "casts bfloat16 to int8 at copy_ (send it as int8 to make it direct)"
+  loadplan.checkpoint "cast_to_int" : tensor<8xbf16> (%w) {
+    loadplan.copy %w to @q <offset = 24, shape = [8], stride = [1]> as i8 : tensor<8xbf16>
   }
   // A destination that views a uint8 buffer at an odd byte as bf16.
   // CHECK-LABEL: loadplan.checkpoint "element_size"

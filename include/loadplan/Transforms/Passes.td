@@ -35,16 +35,21 @@ def ToBoxes : Pass<"loadplan-to-boxes", "::mlir::ModuleOp"> {
     Replaces each `loadplan.copy` whose source is a strided layout of the
     incoming tensor with a `loadplan.write`: the box of the checkpoint
     tensor it copies and the region of the target its elements go to, in
-    checkpoint-dtype elements. Dims of the copy that span several
+    elements of the dtype written. A copy across dtypes, or of a
+    `loadplan.convert` chain, is a write that converts (`as DTYPE`) where
+    the executors do that conversion (bf16, f16, f32, f8E4M3FN, f8E5M2) and
+    the chain rounds as one conversion. Dims of the copy that span several
     checkpoint dims (a flatten) are split. A copy that is not a copy of a
-    box (a step slice, a broadcast, a cast, a destination viewed with
-    another element size, a source without a layout) gets a
+    box (a step slice, a broadcast, a cast no write does, a destination
+    viewed with another element size, a source without a layout) gets a
     `loadplan.fallback` with the reason before it and stays, so later
     stages still see the bytes it writes. Copies of no element vanish.
   }];
   let dependentDialects = ["::mlir::loadplan::LoadPlanDialect"];
   let statistics = [
     Statistic<"numWrites", "writes", "Number of copies reduced to writes">,
+    Statistic<"numConverting", "converting-copies",
+              "Number of those copies that convert elements">,
     Statistic<"numRefused", "refused-copies",
               "Number of copies that are not copies of a box">,
   ];
@@ -56,8 +61,8 @@ def DetectFallbacks : Pass<"loadplan-detect-fallbacks", "::mlir::ModuleOp"> {
     Gives each checkpoint at most one `loadplan.fallback`, with the reason
     of its first event in program order: a value read or an op that fails
     on meta (these stop the loader: the name's writes are dropped), an op
-    that is not a view, a cast, an in-place write, a copy into a tensor that
-    is not a target, a refused copy. A `loadplan.read_target` makes the
+    that is not a view, a cast no write converts, an in-place write, a copy
+    into a tensor that is not a target, a refused copy. A `loadplan.read_target` makes the
     last name written into that target's storage a fallback (or, when none
     wrote it yet, the name being loaded). Errors: a name declared twice, and
     fallback names whose own loader writes nothing ("lonely": their loader

@@ -21,8 +21,8 @@ Embedding, norms and ``lm_head`` stay bf16. One name,
 bf16 although the parameter is fp8: the loader's ``copy_`` casts it.
 
 What a load plan should find: every name direct except the KV-cache scales
-(fallback: value read) and the bf16-sent names (fallback: cast, "send it as
-float8_e4m3fn").
+(fallback: value read); the bf16-sent names are direct too, as writes that
+convert to float8_e4m3fn with torch's rounding.
 """
 
 from __future__ import annotations

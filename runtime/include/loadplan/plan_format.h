@@ -23,14 +23,21 @@
  *                u32 num_boxes, per box: rank x (i64 start, i64 stop),
  *                u32 num_writes, per write:
  *                    u32 target, u32 box (index into this entry's boxes),
- *                    i64 region_offset, u32 region_rank,
+ *                    u32 convert_to, i64 region_offset, u32 region_rank,
  *                    i64 region_shape[region_rank],
  *                    i64 region_stride[region_rank]
  *
  *   str:     u32 length, then that many bytes (UTF-8, no terminator)
  *
- * Regions are in elements of the entry's dtype, relative to the target's
- * first byte (its byte_offset in its storage).
+ * A write's convert_to is 0 when it copies bytes, else the dtype code it
+ * converts the entry's elements into (convert.h says how; another dtype
+ * than the entry's). Regions are in elements of the dtype written (the
+ * entry's, or convert_to), relative to the target's first byte (its
+ * byte_offset in its storage). Boxes, and the bytes an update sends, are in
+ * the entry's dtype.
+ *
+ * Version 2 added convert_to; a version 1 plan is refused (compile it
+ * again).
  *
  * The fingerprint is loadplan_fnv1a64 over, for each target in order: its
  * module and tensor (each as u64 length then bytes), then storage,
@@ -51,7 +58,7 @@ extern "C" {
 
 #define LOADPLAN_PLAN_MAGIC "LOADPLAN"
 #define LOADPLAN_PLAN_MAGIC_SIZE 8
-#define LOADPLAN_PLAN_VERSION 1u
+#define LOADPLAN_PLAN_VERSION 2u
 #define LOADPLAN_PLAN_HEADER_SIZE 40u
 
 /* Kinds of a checkpoint name. */

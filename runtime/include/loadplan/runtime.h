@@ -167,8 +167,10 @@ LOADPLAN_API loadplan_status_t loadplan_plan_entry(const loadplan_plan_t *plan,
                                                    loadplan_entry_info_t *out_info);
 
 /* One write of an entry: box `box` of the checkpoint tensor goes to the
- * strided region (offset, shape, stride; in elements of the entry's dtype,
- * relative to the target's first byte) of target `target`. */
+ * strided region (offset, shape, stride; in elements of the dtype written,
+ * relative to the target's first byte) of target `target`. `dtype` is the
+ * dtype written: the entry's for a copy of its bytes, another for a write
+ * that converts each element (loadplan/convert.h). */
 typedef struct loadplan_write_info_t {
   uint32_t target;
   uint32_t box;
@@ -176,6 +178,7 @@ typedef struct loadplan_write_info_t {
   uint32_t rank;
   const int64_t *shape;
   const int64_t *stride;
+  uint32_t dtype;
 } loadplan_write_info_t;
 
 LOADPLAN_API loadplan_status_t loadplan_plan_write(const loadplan_plan_t *plan,

@@ -37,6 +37,10 @@ DeviceProgram loadplan::buildDeviceProgram(const Copies &copies) {
     d.unit = 16;
     while (alignment & uint64_t(d.unit - 1))
       d.unit >>= 1;
+    d.convertFrom = c.convertFrom;
+    d.convertTo = c.convertTo;
+    d.itemSize = int32_t(c.itemSize);
+    d.srcItemSize = int32_t(c.srcItemSize);
     out.copies.push_back(d);
     out.chunks.push_back(
         uint64_t((d.bytes + kDeviceChunkBytes - 1) / kDeviceChunkBytes));

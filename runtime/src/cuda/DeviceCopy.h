@@ -15,6 +15,8 @@
 #ifndef LOADPLAN_RUNTIME_CUDA_DEVICECOPY_H
 #define LOADPLAN_RUNTIME_CUDA_DEVICECOPY_H
 
+#include "loadplan/convert.h"
+
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -53,6 +55,13 @@ struct DeviceCopy {
   /// the source offset, the run and every stride allow; the kernel narrows
   /// it further to the alignment of the source pointer it is given.
   int32_t unit;
+  /// A converting copy (convertTo set) goes element by element: `run` and
+  /// `bytes` count destination bytes, itemSize of them per element, read
+  /// srcItemSize bytes apart in the source.
+  uint32_t convertFrom;
+  uint32_t convertTo;
+  int32_t itemSize;
+  int32_t srcItemSize;
 };
 
 /// One copy of a batch.
@@ -120,6 +129,25 @@ LOADPLAN_HD inline void rowOffsets(const DeviceCopy &c, int64_t row,
   }
 }
 
+/// copyChunk of a converting copy: one destination element per step,
+/// converted (loadplan/convert.h); consecutive threads write consecutive
+/// elements.
+LOADPLAN_HD inline void convertChunk(const DeviceCopy &c, const uint8_t *src,
+                                     uint8_t *dst, int64_t begin, int64_t end,
+                                     unsigned thread, unsigned numThreads) {
+  int64_t item = c.itemSize;
+  int64_t step = int64_t(numThreads) * item;
+  for (int64_t at = begin + int64_t(thread) * item; at < end; at += step) {
+    int64_t row = at / c.run;
+    int64_t within = at - row * c.run;
+    int64_t srcAt, dstAt;
+    rowOffsets(c, row, srcAt, dstAt);
+    loadplan_convert::convertElement(dst + dstAt + within, c.convertTo,
+                                     src + srcAt + within / item * c.srcItemSize,
+                                     c.convertFrom);
+  }
+}
+
 /// Thread `thread` of `numThreads`' share of bytes [begin, end) of copy `c`
 /// from the source whose first byte is at `srcBase`.
 LOADPLAN_HD inline void copyChunk(const DeviceCopy &c, uint64_t srcBase,
@@ -127,6 +155,8 @@ LOADPLAN_HD inline void copyChunk(const DeviceCopy &c, uint64_t srcBase,
                                   unsigned numThreads) {
   const uint8_t *src = reinterpret_cast<const uint8_t *>(srcBase + c.srcOffset);
   uint8_t *dst = reinterpret_cast<uint8_t *>(c.dst);
+  if (c.convertTo)
+    return convertChunk(c, src, dst, begin, end, thread, numThreads);
   int unit = c.unit;
   while (reinterpret_cast<uintptr_t>(src) & uintptr_t(unit - 1))
     unit >>= 1;

@@ -42,6 +42,7 @@ static void writePayload(const Plan &plan, ByteWriter &p) {
     for (const PlanWrite &w : e.writes) {
       p.u32(w.target);
       p.u32(w.box);
+      p.u32(w.convertTo);
       p.i64(w.offset);
       p.u32(static_cast<uint32_t>(w.shape.size()));
       p.i64s(w.shape);

@@ -2,6 +2,7 @@
 
 #include "HostExecutor.h"
 #include "../Status.h"
+#include "loadplan/convert.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -13,7 +14,7 @@
 
 using namespace loadplan;
 
-void loadplan::cutPieces(const Copies &copies, int64_t pieceBytes,
+void loadplan::cutPieces(const Copies &copies, int64_t maxPieceBytes,
                          std::vector<Piece> &pieces,
                          std::vector<uint32_t> &entryBegin) {
   pieces.clear();
@@ -23,6 +24,11 @@ void loadplan::cutPieces(const Copies &copies, int64_t pieceBytes,
     const Copy &c = copies.copies[ci];
     while (entry < copies.entryBegin.size() && copies.entryBegin[entry] <= ci)
       entryBegin[entry++] = static_cast<uint32_t>(pieces.size());
+    // A converting copy is cut between elements.
+    int64_t pieceBytes = c.converts()
+                             ? std::max<int64_t>(c.itemSize, maxPieceBytes /
+                                                     c.itemSize * c.itemSize)
+                             : maxPieceBytes;
     if (c.run >= pieceBytes) {
       for (int64_t row = 0; row < c.rows; ++row)
         for (int64_t at = 0; at < c.run; at += pieceBytes)
@@ -152,10 +158,34 @@ static void copyRows(const Copy &c, const ByteDim *dims, const uint8_t *src,
   }
 }
 
+/// copyPiece of a converting copy: destination bytes [begin, end), whole
+/// elements, converted one by one.
+static void convertPiece(const Copy &c, const ByteDim *dims, const uint8_t *src,
+                         int64_t begin, int64_t end) {
+  int64_t item = c.itemSize, srcItem = c.srcItemSize;
+  for (int64_t at = begin; at < end;) {
+    int64_t row = at / c.run, within = at - row * c.run;
+    int64_t stop = std::min(end, (row + 1) * c.run);
+    int64_t srcAt = 0, dstAt = 0;
+    for (uint32_t k = c.numDims; k-- > 0;) {
+      int64_t i = row % dims[k].size;
+      row /= dims[k].size;
+      srcAt += i * dims[k].srcStride;
+      dstAt += i * dims[k].dstStride;
+    }
+    loadplan_convert::convertRun(c.dst + dstAt + within, item, c.convertTo,
+                                 src + srcAt + within / item * srcItem, srcItem,
+                                 c.convertFrom, (stop - at) / item);
+    at = stop;
+  }
+}
+
 void loadplan::copyPiece(const Copy &c, const ByteDim *dims, const uint8_t *src,
                          int64_t begin, int64_t end, int64_t streamRun) {
-  bool stream = streamRun > 0 && c.run >= streamRun;
   src += c.srcOffset;
+  if (c.converts())
+    return convertPiece(c, dims, src, begin, end);
+  bool stream = streamRun > 0 && c.run >= streamRun;
   if (c.numDims == 0)
     copyBytes(c.dst + begin, src + begin, end - begin, stream);
   else

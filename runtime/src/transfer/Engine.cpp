@@ -54,6 +54,7 @@ uint32_t addEntry(Plan &plan, const Tensor &t, const std::vector<int64_t> &shape
     w.offset = p.region.offset;
     w.shape = p.region.shape;
     w.stride = p.region.stride;
+    w.convertTo = p.convertTo;
     e.writes.push_back(std::move(w));
   }
   plan.numBoxes += e.numBoxes;

@@ -68,6 +68,9 @@ struct Part {
   Box box;
   Region region;
   uint32_t target = 0;
+  /// The write's conversion (plan_format.h's convert_to): a part that
+  /// converts is staged and scattered, never received in place.
+  uint32_t convertTo = 0;
 };
 
 /// Restricts `region` (where box `box` lands, its shape the box's shape

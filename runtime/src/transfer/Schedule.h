@@ -109,6 +109,7 @@ struct Destination {
   Box box;
   const Region *region;
   uint32_t target;
+  uint32_t convertTo; // the write's: 0, or the dtype it converts into
 };
 
 /// The plan side of a receiver, shared by the builder (to decide which
@@ -145,8 +146,12 @@ private:
   std::vector<Region> wholeRegion;
   /// Per plan entry: its boxes.
   std::vector<std::vector<Box>> boxes;
-  /// Per plan entry, per box: its writes' regions.
-  std::vector<std::vector<std::vector<std::pair<Region, uint32_t>>>> writes;
+  /// Per plan entry, per box: its writes' regions, targets and conversions.
+  struct BoxWrite {
+    Region region;
+    uint32_t target, convertTo;
+  };
+  std::vector<std::vector<std::vector<BoxWrite>>> writes;
 };
 
 /// The content digest of a plan (schedule_format.h).

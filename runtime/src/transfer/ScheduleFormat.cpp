@@ -80,6 +80,7 @@ uint64_t loadplan::transfer::planDigest(const Plan &plan) {
     for (const Write &w : e.writes) {
       h.u64(w.target);
       h.u64(w.box);
+      h.u64(w.convertTo);
       h.u64(uint64_t(w.offset));
       h.u64(w.shape.size());
       h.i64s(w.shape);

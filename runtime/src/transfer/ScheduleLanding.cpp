@@ -44,7 +44,8 @@ Landing::Landing(const Plan &plan, const std::vector<Tensor> &tensors)
       }
     }
     for (const Write &w : e.writes)
-      writes[ei][w.box].push_back({Region{w.offset, w.shape, w.stride}, w.target});
+      writes[ei][w.box].push_back(
+          {Region{w.offset, w.shape, w.stride}, w.target, w.convertTo});
   }
 }
 
@@ -97,7 +98,7 @@ void Landing::destinations(const Need &need,
     return;
   const Entry &e = plan.entries[ei];
   if (e.kind == LOADPLAN_KIND_FALLBACK) {
-    out.push_back({wholeBox(e.shape), &wholeRegion[ei], fallbackTarget(ei)});
+    out.push_back({wholeBox(e.shape), &wholeRegion[ei], fallbackTarget(ei), 0});
     return;
   }
   if (e.kind != LOADPLAN_KIND_DIRECT)
@@ -105,8 +106,8 @@ void Landing::destinations(const Need &need,
   for (uint32_t b = 0; b < e.numBoxes; ++b) {
     if (need.kind == LOADPLAN_NEED_BOX && b != need.box)
       continue;
-    for (const auto &[region, target] : writes[ei][b])
-      out.push_back({boxes[ei][b], &region, target});
+    for (const BoxWrite &w : writes[ei][b])
+      out.push_back({boxes[ei][b], &w.region, w.target, w.convertTo});
   }
 }
 
@@ -123,13 +124,16 @@ bool Landing::land(const Need &need, const Box &piece, std::vector<Part> &parts,
     ++hits;
     size_t from = parts.size();
     restrictRegion(d.box, *d.region, sub, parts);
-    for (size_t i = from; i < parts.size(); ++i)
+    for (size_t i = from; i < parts.size(); ++i) {
       parts[i].target = d.target;
+      parts[i].convertTo = d.convertTo;
+    }
   }
   if (hits != 1 || parts.size() != before + 1)
     return false;
   const Part &only = parts.back();
-  if (only.box != piece || !isContiguousRun(only.region))
+  // Bytes that convert cannot land as they come.
+  if (only.box != piece || only.convertTo || !isContiguousRun(only.region))
     return false;
   target = only.target;
   return true;

@@ -785,6 +785,26 @@ loadplan.checkpoint "w" : tensor<4x8xbf16> (%w) {
 
 // -----
 
+loadplan.storage @s size 64
+loadplan.target @t module "m" tensor "w" storage @s byte_offset 0 stride [1] : tensor<8xi8>
+loadplan.checkpoint "w" : tensor<8xbf16> (%w) {
+  // expected-error @+1 {{'loadplan.write' op cannot convert 'bf16' to 'i8' (a write converts bf16, f16, f32, f8E4M3FN and f8E5M2 into another of them, but f16 into f32)}}
+  loadplan.write @t box <[0, 8]> region <offset = 0, shape = [8], stride = [1]> as i8
+}
+
+// -----
+
+// A converting write's region counts elements of the dtype it writes: 8
+// f32 elements from 8 bf16 ones are 32 bytes.
+loadplan.storage @s size 16
+loadplan.target @t module "m" tensor "w" storage @s byte_offset 0 stride [1] : tensor<4xf32>
+loadplan.checkpoint "w" : tensor<8xbf16> (%w) {
+  // expected-error @+1 {{region covers bytes [0, 32) of storage @s, which has 16 bytes}}
+  loadplan.write @t box <[0, 8]> region <offset = 0, shape = [8], stride = [1]> as f32
+}
+
+// -----
+
 // The region is in elements of the checkpoint dtype: 32 f32 elements are
 // 128 bytes.
 loadplan.storage @s size 64

@@ -7,6 +7,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "loadplan/Dialect/LoadPlan/IR/Geometry.h"
+#include "loadplan/convert.h"
+
+#include <map>
+#include <mutex>
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/STLExtras.h"
@@ -414,4 +418,65 @@ std::string loadplan::getDtypeName(Type type) {
   llvm::raw_string_ostream os(out);
   type.print(os);
   return out;
+}
+
+/// The plan's code of a type a write may convert from or into; 0 otherwise.
+static uint32_t convertCode(Type type) {
+  if (type.isBF16())
+    return LOADPLAN_DTYPE_BFLOAT16;
+  if (type.isF16())
+    return LOADPLAN_DTYPE_FLOAT16;
+  if (type.isF32())
+    return LOADPLAN_DTYPE_FLOAT32;
+  if (isa<Float8E4M3FNType>(type))
+    return LOADPLAN_DTYPE_FLOAT8_E4M3FN;
+  if (isa<Float8E5M2Type>(type))
+    return LOADPLAN_DTYPE_FLOAT8_E5M2;
+  return 0;
+}
+
+bool loadplan::isConvertible(Type from, Type to) {
+  return loadplan_convert::isConvertible(convertCode(from), convertCode(to));
+}
+
+bool loadplan::convertsAsOne(ArrayRef<Type> chain) {
+  if (chain.size() < 2)
+    return true;
+  SmallVector<uint32_t> codes;
+  for (size_t i = 0; i + 1 < chain.size(); ++i)
+    if (!isConvertible(chain[i], chain[i + 1]))
+      return false;
+  for (Type t : chain)
+    codes.push_back(convertCode(t));
+  if (codes.size() == 2)
+    return true;
+  size_t bits = 8 * loadplan_dtype_size(codes[0]);
+  if (bits > 16)
+    return false; // every step from f32 rounds
+  // A model converts the same way in many names: check each chain once.
+  static std::mutex mutex;
+  static std::map<SmallVector<uint32_t>, bool> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto [it, inserted] = known.try_emplace(codes, false);
+  if (!inserted)
+    return it->second;
+  using loadplan_convert::narrow;
+  using loadplan_convert::widen;
+  uint32_t last = codes.back();
+  for (uint32_t x = 0; x < (1u << bits); ++x) {
+    uint32_t v = x;
+    for (size_t i = 1; i < codes.size(); ++i)
+      v = narrow(codes[i], codes[i - 1], widen(codes[i - 1], v));
+    uint32_t once =
+        last == codes[0] ? x : narrow(last, codes[0], widen(codes[0], x));
+    if (v != once)
+      return false;
+  }
+  return it->second = true;
+}
+
+std::string loadplan::castReason(Type from, Type to, StringRef where) {
+  std::string name = getDtypeName(to);
+  return "casts " + getDtypeName(from) + " to " + name + where.str() +
+         " (send it as " + name + " to make it direct)";
 }

@@ -469,9 +469,23 @@ ConstantWriteOp::verifySymbolUses(SymbolTableCollection &symbols) {
                         symbols, "destination");
 }
 
+Type WriteOp::getWrittenType() {
+  if (std::optional<Type> dtype = getDtype())
+    return *dtype;
+  return (*this)->getParentOfType<CheckpointOp>().getTensorType().getElementType();
+}
+
 LogicalResult WriteOp::verify() {
   auto checkpoint = (*this)->getParentOfType<CheckpointOp>();
   ArrayRef<int64_t> shape = checkpoint.getTensorType().getShape();
+  if (std::optional<Type> dtype = getDtype()) {
+    Type from = checkpoint.getTensorType().getElementType();
+    if (!isConvertible(from, *dtype))
+      return emitOpError() << "cannot convert " << from << " to " << *dtype
+                           << " (a write converts bf16, f16, f32, f8E4M3FN "
+                              "and f8E5M2 into another of them, but f16 "
+                              "into f32)";
+  }
   BoxAttr box = getBox();
   if (box.getRank() != shape.size())
     return emitOpError() << "box has " << box.getRank()
@@ -494,8 +508,7 @@ LogicalResult WriteOp::verifySymbolUses(SymbolTableCollection &symbols) {
   TargetOp target = lookupTarget(*this, getTargetAttr(), symbols);
   if (!target)
     return failure();
-  auto checkpoint = (*this)->getParentOfType<CheckpointOp>();
-  int64_t size = getItemSize(checkpoint.getTensorType().getElementType());
+  int64_t size = getItemSize(getWrittenType());
   RegionAttr region = getRegion();
   return checkInStorage(*this, target, region.getOffset(), region.getExtent(),
                         size, symbols, "region");

@@ -46,14 +46,22 @@ struct PlanBox {
   bool operator!=(const PlanBox &o) const { return !(*this == o); }
 };
 
-/// Where a box goes: a region of a target, in elements of the entry's dtype
-/// relative to the target's first byte.
+/// Where a box goes: a region of a target, in elements of the dtype written
+/// (the entry's, or `convertTo`) relative to the target's first byte.
 struct PlanWrite {
   uint32_t target = 0;
   uint32_t box = 0; // index into the entry's boxes
   int64_t offset = 0;
   std::vector<int64_t> shape, stride;
+  /// LOADPLAN_DTYPE_INVALID (0): a copy of the entry's bytes; else the dtype
+  /// the write converts the entry's elements into.
+  uint32_t convertTo = LOADPLAN_DTYPE_INVALID;
 };
+
+/// The dtype a write of an entry of `entryDtype` writes.
+inline uint32_t writtenDtype(uint32_t entryDtype, const PlanWrite &w) {
+  return w.convertTo ? w.convertTo : entryDtype;
+}
 
 /// A checkpoint name.
 struct PlanEntry {

@@ -85,6 +85,20 @@ int64_t getItemSize(Type type);
 /// spelling when torch has none.
 std::string getDtypeName(Type type);
 
+/// Whether a write may convert `from` elements into `to` ones: both among
+/// bf16, f16, f32, f8E4M3FN and f8E5M2, and different
+/// (loadplan/convert.h).
+bool isConvertible(Type from, Type to);
+/// Whether converting `chain[0]` elements into each later type in turn
+/// gives, for every element, the bytes one conversion from chain[0] into
+/// chain.back() gives (a plain copy when they are the same type). Each step
+/// must be convertible. Checked on every bit pattern of an 8- or 16-bit
+/// first type; from f32, only a single conversion does.
+bool convertsAsOne(ArrayRef<Type> chain);
+/// The fallback reason of a cast from `from` to `to` no write does: "casts
+/// A to B<where> (send it as B to make it direct)".
+std::string castReason(Type from, Type to, StringRef where);
+
 } // namespace loadplan
 } // namespace mlir
 

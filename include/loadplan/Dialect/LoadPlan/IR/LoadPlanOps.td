@@ -452,8 +452,12 @@ def LoadPlan_MetaFailureOp : LoadPlan_EventOp<"meta_failure"> {
 def LoadPlan_ConvertOp : LoadPlan_EventOp<"convert"> {
   let summary = "A dtype change of a trace (.to(dtype), _to_copy)";
   let description = [{
-    The result is a trace without a layout; the name falls back with a
-    reason that says which dtype to send instead.
+    The elements of the input converted. A copy of it (or of a chain of
+    them) whose input is a strided layout of the checkpoint tensor becomes a
+    converting write when the conversion is one the executors do (bf16,
+    f16, f32, f8E4M3FN, f8E5M2 into one another) and the chain rounds as
+    one conversion would; otherwise the name falls back with a reason that
+    says which dtype to send instead.
 
     ```mlir
     %1 = loadplan.convert %w : tensor<8xbf16> -> tensor<8xf8E4M3FN>
@@ -536,16 +540,27 @@ def LoadPlan_WriteOp : LoadPlan_EventOp<"write", [
   let summary = "A box of the checkpoint tensor copied into a target region";
   let description = [{
     The elements of `box`, in row-major box order, go to `region` of
-    `target` (in elements of the checkpoint dtype, relative to the target's
-    first byte).
+    `target` (in elements of the dtype written, relative to the target's
+    first byte). Without `as`, the write copies the checkpoint tensor's
+    bytes; `as DTYPE` converts each element into DTYPE (bf16, f16, f32,
+    f8E4M3FN and f8E5M2 into one another, with torch's rounding: see
+    runtime/include/loadplan/convert.h), and the region counts DTYPE
+    elements.
 
     ```mlir
     loadplan.write @t0 box <[0, 4], [0, 6]> region <offset = 0, shape = [4, 6], stride = [1, 4]>
+    loadplan.write @t1 box <[0, 8]> region <offset = 0, shape = [8], stride = [1]> as f32
     ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$target, LoadPlan_BoxAttr:$box,
-                       LoadPlan_RegionAttr:$region);
-  let assemblyFormat = "$target `box` $box `region` $region attr-dict";
+                       LoadPlan_RegionAttr:$region,
+                       OptionalAttr<TypeAttr>:$dtype);
+  let assemblyFormat =
+      "$target `box` $box `region` $region (`as` $dtype^)? attr-dict";
+  let extraClassDeclaration = [{
+    /// The element type written: `dtype`, or the checkpoint tensor's.
+    ::mlir::Type getWrittenType();
+  }];
   let hasVerifier = 1;
 }
 
@@ -557,7 +572,7 @@ def LoadPlan_FallbackOp : LoadPlan_EventOp<"fallback"> {
     (its writes are dropped).
 
     ```mlir
-    loadplan.fallback "casts bf16 to f8E4M3FN at copy_ (send it as f8E4M3FN to make it direct)"
+    loadplan.fallback "casts bfloat16 to float64 at copy_ (send it as float64 to make it direct)"
     ```
   }];
   let arguments = (ins StrAttr:$reason, UnitAttr:$stop);
