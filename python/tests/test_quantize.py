@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from loadplan.transfer import fp8_block_scales, quantize_blocks
+from loadplan.transfer import fp8_block_scales, quantize_blocks, quantized_metadata
 from loadplan.transfer.quantize import plan_quantized
 
 from test_transfer import _free_port, _mismatch, _rendezvous, launch_ranks
@@ -117,6 +117,25 @@ def test_fp8_block_scales_finds_the_pairs():
                                                 "mlp.gate_proj", "mlp.up_proj",
                                                 "mlp.down_proj"))
     assert all(s == w + "_scale_inv" for w, s in pairs.items())
+
+
+def test_quantized_metadata_declares_what_fp8_block_scales_finds():
+    from loadplan import ParamMeta
+
+    bf16 = [ParamMeta("w", (300, 200), torch.bfloat16), ParamMeta("norm", (200,), torch.float32),
+            ParamMeta("v", (128, 256), torch.float16)]
+    declared, quantize = quantized_metadata(bf16, ["v", "w"])
+    assert [(m.name, tuple(m.shape), m.dtype) for m in declared] == [
+        ("w", (300, 200), FP8), ("w_scale_inv", (3, 2), torch.float32),
+        ("norm", (200,), torch.float32),
+        ("v", (128, 256), FP8), ("v_scale_inv", (1, 2), torch.float32)]
+    assert quantize == fp8_block_scales(declared) == {"w": "w_scale_inv", "v": "v_scale_inv"}
+    for names, metas, match in [
+            (["norm"], bf16, "2-D"), (["x"], bf16, "does not declare"),
+            (["w"], bf16 + [ParamMeta("w_scale_inv", (3, 2), torch.float32)], "declared already"),
+            (["w"], [ParamMeta("w", (4, 4), torch.int8)], "2-D")]:
+        with pytest.raises(ValueError, match=match):
+            quantized_metadata(metas, names)
 
 
 def test_holdings_that_cut_a_block_or_the_scales_are_refused():

@@ -15,6 +15,10 @@ pytest.importorskip("vllm")
 
 import vllm_harness as h  # noqa: E402
 
+# fp8 block quantization wants hidden and intermediate sizes, and each of
+# q, k and v, in multiples of 128.
+FP8_MODEL = dict(fp8=True, hidden=256, intermediate=256, heads=4, kv_heads=2)
+
 # Families, sizes and layouts (tp: inference workers; trainers: trainer
 # ranks, each holding row or column shards when `sharded`).
 SCENARIOS = {
@@ -28,18 +32,20 @@ SCENARIOS = {
     "deepseek_v3-bf16-trainer": dict(family="deepseek_v3", fp32_names=()),
     "mixtral-tp2-from-2-sharded-trainers": dict(family="mixtral", tp=2, trainers=2,
                                                 sharded=True),
+    # An fp8 block-quantized engine fed by a bf16 trainer (quantize_fp8).
+    "qwen3-fp8-from-bf16-trainer": dict(family="qwen3", fp8=True, model=FP8_MODEL),
 }
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
-    return lambda family: h.saved_model(family, str(root))
+    return lambda family, **sizes: h.saved_model(family, str(root), **sizes)
 
 
-def _spec(models, tmp_path, **kw) -> h.Spec:
-    return h.Spec(model_dir=models(kw["family"]), plan_dir=str(tmp_path / "plans"),
-                  timeout=60.0, **kw)
+def _spec(models, tmp_path, model=None, **kw) -> h.Spec:
+    return h.Spec(model_dir=models(kw["family"], **(model or {})),
+                  plan_dir=str(tmp_path / "plans"), timeout=60.0, **kw)
 
 
 def _ok(results: list) -> None:
@@ -69,6 +75,28 @@ def test_every_update_equals_vllms_own_reload(models, tmp_path, name):
         assert "fallback" not in plan["kinds"].values(), plan["reasons"]
         if spec.expert_parallel:  # the other rank's experts
             assert "unneeded" in plan["kinds"].values()
+        if spec.fp8:
+            # The fp8 checkpoint the trainer declared, scales included, all
+            # direct: on this CPU build the fp8 layers' processing (the
+            # weight prepack's stand-in) leaves each tensor as loaded.
+            scales = [n for n in plan["kinds"] if n.endswith("_proj.weight_scale_inv")]
+            assert len(scales) == 2 * 7, sorted(plan["kinds"])
+
+
+def test_a_trainer_shard_that_cuts_a_block_is_refused_on_every_rank(models, tmp_path):
+    # Two trainer ranks holding row halves: k_proj's 128 rows split at 64.
+    spec = _spec(models, tmp_path, family="qwen3", fp8=True, model=FP8_MODEL, trainers=2,
+                 sharded=True)
+    cluster = h.Cluster(spec)
+    try:
+        before = cluster.workers("digest")
+        results = cluster.update(1)
+        assert cluster.workers("digest") == before
+    finally:
+        cluster.close()
+    assert all(status == "error" for status, _ in results), results
+    for _, message in results:
+        assert "k_proj.weight" in message and "cuts a 128x128 block" in message, message
 
 
 def test_a_restarted_worker_reads_its_plan_instead_of_tracing(models, tmp_path):
@@ -211,7 +239,8 @@ def test_init_infos_refuse_what_cannot_work():
     LoadplanTrainerInitInfo(**ok)
     for bad, match in [({"engine": "broadcast"}, "engine"), ({"num_trainer_ranks": 3}, "worker"),
                        ({"master_port": 0}, "port"), ({"transport": "mpi"}, "transport"),
-                       ({"rank": 1}, "trainer rank")]:
+                       ({"rank": 1}, "trainer rank"), ({"quantize_fp8": "*.weight"}, "string"),
+                       ({"quantize_block": (128, 0)}, "quantize_block")]:
         with pytest.raises(ValueError, match=match):
             LoadplanTrainerInitInfo(**{**ok, **bad})
     with pytest.raises(ValueError, match="pair up"):
@@ -230,3 +259,31 @@ def test_the_backend_is_registered_through_vllms_plugins():
         "LoadplanWeightTransferEngine"
     assert WeightTransferTrainerFactory._registry["loadplan"]().__name__ == \
         "LoadplanTrainerWeightTransferEngine"
+
+
+def test_the_trainer_declares_the_fp8_checkpoint_of_its_patterns():
+    import torch
+    from vllm.distributed.weight_transfer.base import ParamMeta
+
+    from loadplan.vllm.info import LoadplanTrainerInitInfo
+    from loadplan.vllm.trainer import LoadplanTrainerWeightTransferEngine
+
+    def declared(*patterns):
+        engine = object.__new__(LoadplanTrainerWeightTransferEngine)
+        engine.init_info = LoadplanTrainerInitInfo(
+            rank=0, master_address="127.0.0.1", master_port=29600, world_size=2,
+            quantize_fp8=patterns)
+        metas, quantize = engine._declared(meta)
+        return [(m.name, m.dtype, tuple(m.shape)) for m in metas], quantize
+
+    meta = [ParamMeta("a.proj.weight", torch.bfloat16, (256, 130)),
+            ParamMeta("a.proj.bias", torch.bfloat16, (256,)),
+            ParamMeta("norm.weight", torch.bfloat16, (130,))]
+    assert declared("*.weight") == ([
+        ("a.proj.weight", torch.float8_e4m3fn, (256, 130)),
+        ("a.proj.weight_scale_inv", torch.float32, (2, 2)),
+        ("a.proj.bias", torch.bfloat16, (256,)), ("norm.weight", torch.bfloat16, (130,))],
+        {"a.proj.weight": "a.proj.weight_scale_inv"})
+    assert declared()[1] == {}
+    with pytest.raises(ValueError, match="match no 2-D weight"):
+        declared("*.weight", "*.bias")

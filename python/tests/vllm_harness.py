@@ -63,12 +63,16 @@ class Spec:
     master_port: int = 0
     vllm_port: int = 0
     fp32_names: tuple[str, ...] = ("e_score_correction_bias",)
+    # The engine serves the fp8 block-quantized checkpoint (tiny.save's
+    # fp8); the trainer holds bf16 and quantizes tiny.FP8_WEIGHTS.
+    fp8: bool = False
 
 
 def metadata(spec: Spec, variant: str | None = None):
-    """vLLM ParamMetas of the checkpoint as the trainer declares it: each
+    """vLLM ParamMetas of the checkpoint as the trainer holds it: each
     tensor's checkpoint shape and dtype (fp32 where real checkpoints ship
-    it), owned and placed as the trainer holds it."""
+    it; bf16 for an fp8 engine's quantized weights, whose scales the trainer
+    makes), owned and placed as the trainer holds it."""
     from safetensors import safe_open
     from vllm.distributed.weight_transfer.base import ParamMeta, Shard
 
@@ -76,6 +80,8 @@ def metadata(spec: Spec, variant: str | None = None):
     for path in sorted(Path(spec.model_dir).glob("*.safetensors")):
         with safe_open(str(path), "pt") as f:
             for name in f.keys():
+                if spec.fp8 and name.endswith("_scale_inv"):
+                    continue
                 t = f.get_slice(name)
                 shape = tuple(t.get_shape())
                 dtype = torch.float32 if name.endswith(spec.fp32_names) else torch.bfloat16
@@ -91,8 +97,15 @@ def metadata(spec: Spec, variant: str | None = None):
 
 
 def weights(spec: Spec, round_: int) -> list[tuple[str, torch.Tensor]]:
-    return [(m.name, round_tensor(m.name, m.shape, m.dtype, spec.seed, round_))
-            for m in metadata(spec)]
+    """The checkpoint of round ``round_`` as the engine serves it (an fp8
+    engine's weights quantized as ``quantize_blocks`` does)."""
+    from loadplan.vllm import tiny
+
+    out = []
+    for m in metadata(spec):
+        t = round_tensor(m.name, m.shape, m.dtype, spec.seed, round_)
+        out += tiny.fp8_quantized(m.name, t) if spec.fp8 else [(m.name, t)]
+    return out
 
 
 def make_source(spec: Spec, rank: int, variant: str | None = None):
@@ -153,7 +166,7 @@ def _setup_process(spec: Spec) -> None:
     from loadplan.vllm import tiny
 
     tiny.use_cpu_platform()
-    tiny.cpu_kernels(spec.moe_prepack)
+    tiny.cpu_kernels(spec.moe_prepack, fp8=spec.fp8)
     from vllm.plugins import load_general_plugins
 
     load_general_plugins()  # registers the loadplan backend (entry point)
@@ -307,6 +320,7 @@ def trainer_main(conn, spec: Spec, rank: int, worker_conns) -> None:
         _setup_process(spec)
         from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
+        from loadplan.vllm import tiny
         from loadplan.vllm.info import LoadplanTrainerInitInfo
 
         source = make_source(spec, rank)
@@ -315,7 +329,7 @@ def trainer_main(conn, spec: Spec, rank: int, worker_conns) -> None:
             rank=rank, master_address="127.0.0.1", master_port=spec.master_port,
             world_size=spec.trainers + spec.tp, num_trainer_ranks=spec.trainers,
             engine=spec.engine, atomic=spec.atomic, timeout=spec.timeout,
-            plan_dir=spec.plan_dir)
+            plan_dir=spec.plan_dir, quantize_fp8=(tiny.FP8_WEIGHTS,) if spec.fp8 else ())
         engine = WeightTransferTrainerFactory.trainer_init(info, client=client, source=source)
         conn.send(("ok", type(engine).__name__))
     except BaseException:
@@ -484,7 +498,7 @@ class Cluster:
 def saved_model(family: str, root: str, **sizes) -> str:
     from loadplan.vllm import tiny
 
-    path = Path(root) / family
+    path = Path(root) / "-".join([family, *(f"{k}{v}" for k, v in sorted(sizes.items()))])
     if not (path / "config.json").exists():
         tiny.save(family, path, **sizes)
     return str(path)

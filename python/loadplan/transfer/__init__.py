@@ -33,7 +33,7 @@ bf16 trainers).
 """
 
 from .endpoints import Receiver, Sender, TransferStats
-from .quantize import fp8_block_scales, quantize_blocks
+from .quantize import fp8_block_scales, quantize_blocks, quantized_metadata
 from .schedule import (
     BACKENDS,
     DEFAULT_STAGING_CAP,
@@ -58,5 +58,6 @@ __all__ = [
     "backend_available",
     "fp8_block_scales",
     "quantize_blocks",
+    "quantized_metadata",
     "shard_box",
 ]

@@ -97,6 +97,43 @@ def fp8_block_scales(metadata: Iterable[ParamMeta],
     return out
 
 
+def quantized_metadata(metadata: Iterable[ParamMeta], names: Iterable[str],
+                       dtype: torch.dtype = torch.float8_e4m3fn,
+                       block: tuple[int, int] = DEFAULT_BLOCK
+                       ) -> tuple[list[ParamMeta], dict[str, str]]:
+    """A high-precision checkpoint's ``metadata`` as the engine serves it
+    when each of ``names`` is block-quantized: that name as ``dtype``
+    followed by its float32 ``<name>_scale_inv``, the others as they are;
+    and the weight -> scale map ``Sender(quantize=...)`` takes. ValueError
+    when a name is not a 2-D tensor of a dtype a sender quantizes from, or
+    its scale name is declared already."""
+    names = set(names)
+    declared = {m.name for m in metadata}
+    unknown = sorted(names - declared)
+    if unknown:
+        raise ValueError(f"load plan: quantize names {unknown[:5]}, which metadata does not "
+                         "declare")
+    out: list[ParamMeta] = []
+    quantize: dict[str, str] = {}
+    for m in metadata:
+        if m.name not in names:
+            out.append(m)
+            continue
+        shape = tuple(m.shape)
+        if len(shape) != 2 or m.dtype not in SOURCE_DTYPES:
+            raise ValueError(f"load plan: {m.name!r} is {m.dtype} {list(shape)}; a weight "
+                             f"quantized in blocks is 2-D, one of {SOURCE_DTYPES}")
+        scale = m.name + SCALE_SUFFIX
+        if scale in declared:
+            raise ValueError(f"load plan: {scale!r} is declared already; the scales of "
+                             f"{m.name!r} are computed from it")
+        out += [ParamMeta(m.name, shape, dtype),
+                ParamMeta(scale, (_blocks(shape[0], block[0]), _blocks(shape[1], block[1])),
+                          torch.float32)]
+        quantize[m.name] = scale
+    return out, quantize
+
+
 def _scale_box(name: str, box: Box, shape: tuple[int, int],
                block: tuple[int, int]) -> Box:
     """The blocks ``box`` of weight ``name`` covers; ValueError when it cuts

@@ -62,6 +62,16 @@ class LoadplanTrainerInitInfo(TrainerInitInfo, WireParams):
     ``transport``: ``"gloo"`` (CPU memory) or ``"nccl"`` (CUDA memory);
     None picks by the device. ``plan_dir``: where workers keep their plans
     (None: ``$LOADPLAN_PLAN_DIR`` or ``~/.cache/loadplan/plans``).
+
+    ``quantize_fp8``: fnmatch patterns of the source's weight names that the
+    engine serves fp8 (e4m3) block-quantized, as DeepSeek-V3 and Qwen3 FP8
+    checkpoints ship them. The trainer declares each matching 2-D name as
+    ``float8_e4m3fn`` with its float32 ``<name>_scale_inv``
+    [ceil(N/bn), ceil(K/bk)] after it, and its ``Sender`` quantizes the
+    source's bf16, fp16 or fp32 tensors per ``quantize_block`` (bn, bk)
+    while it sends (see transfer/quantize.py): the source yields neither
+    the fp8 tensors nor the scales. Every block a rank holds of such a
+    weight must be whole.
     """
 
     backend: ClassVar[str] = BACKEND
@@ -70,10 +80,21 @@ class LoadplanTrainerInitInfo(TrainerInitInfo, WireParams):
     master_port: int
     world_size: int
     num_trainer_ranks: int = 1
+    quantize_fp8: tuple[str, ...] = ()
+    quantize_block: tuple[int, int] = (128, 128)
 
     def __post_init__(self) -> None:
         _check_common(self.engine, self.world_size, self.num_trainer_ranks, self.master_port,
                       self.transport, self.timeout)
+        if isinstance(self.quantize_fp8, str):
+            raise ValueError("load plan: quantize_fp8 takes a sequence of name patterns, "
+                             f"not the string {self.quantize_fp8!r}")
+        self.quantize_fp8 = tuple(self.quantize_fp8)
+        self.quantize_block = tuple(self.quantize_block)
+        if (len(self.quantize_block) != 2
+                or not all(isinstance(b, int) and b > 0 for b in self.quantize_block)):
+            raise ValueError(f"load plan: quantize_block {self.quantize_block} is not two "
+                             "positive ints (rows, columns)")
         if not 0 <= self.rank < self.num_trainer_ranks:
             raise ValueError(f"load plan: trainer rank {self.rank} is not in "
                              f"[0, {self.num_trainer_ranks})")

@@ -20,7 +20,18 @@ kernel that has no such path:
 - the CPU MoE prepack (``_C::prepack_moe_weight``): a stand-in, by default
   the unpacked layout (what GPU backends keep), or with
   ``moe_prepack="reversed"`` a layout that really differs from the
-  checkpoint's, so that a test sees a layer whose processing changes it.
+  checkpoint's, so that a test sees a layer whose processing changes it;
+- with ``fp8=True``, fp8 block-quantized linear layers: vLLM's CPU fp8
+  kernel is selected (``ops._supports_cpu_fp8_w8a16`` and AMX claimed), and
+  its weight prepack (``_C::convert_weight_packed``), absent from the CUDA
+  wheel, is a stand-in that keeps the checkpoint's layout (a copy). The
+  GEMM itself is never run: these models are loaded, not run.
+
+``save(..., fp8=True)`` writes the fp8 block-quantized checkpoint of a
+model (every layer's ``*_proj.weight`` as float8_e4m3fn [N, K] with its
+float32 ``*_proj.weight_scale_inv`` in 128x128 blocks, as Qwen3-FP8 and
+DeepSeek-V3 ship them, ``quantize_blocks``' bytes) with its
+``quantization_config``.
 """
 
 from __future__ import annotations
@@ -42,16 +53,38 @@ def use_cpu_platform() -> None:
 
 
 _MOE_PREPACK: list[str] = []
+_LIBRARIES: list = []  # the stand-ins' registrations, kept alive with the process
+FP8_BLOCK = (128, 128)
+FP8_WEIGHTS = "model.layers.*_proj.weight"  # what save(fp8=True) quantizes
 
 
-def cpu_kernels(moe_prepack: str = "identity") -> None:
+def _fp8_kernels() -> None:
+    """vLLM's CPU fp8 block-quantized linear kernel, with a stand-in for its
+    weight prepack where this build lacks it (see the module doc)."""
+    import vllm._custom_ops as ops
+
+    ops._supports_cpu_fp8_w8a16 = True
+    torch.cpu._is_amx_tile_supported = lambda: True
+    if hasattr(torch.ops._C, "convert_weight_packed"):
+        return  # a vLLM build with its CPU kernels
+    lib = torch.library.Library("_C", "FRAGMENT")
+    lib.define("convert_weight_packed(Tensor weight) -> Tensor")
+    lib.impl("convert_weight_packed", lambda weight: weight.clone(), "CPU")
+    _LIBRARIES.append(lib)
+
+
+def cpu_kernels(moe_prepack: str = "identity", *, fp8: bool = False) -> None:
     """Makes vLLM's post-load processing run on this CPU build (see the
-    module doc). Once per process."""
+    module doc); ``fp8``: also its fp8 block-quantized linear layers (an
+    explicit opt-in: it claims AMX, which changes vLLM's choices). Once per
+    process."""
     import vllm._custom_ops as ops
     import vllm.model_executor.layers.utils as layer_utils
 
     layer_utils.check_cpu_sgl_kernel = lambda *args, **kwargs: False
     ops._supports_onednn = False
+    if fp8:
+        _fp8_kernels()
     if _MOE_PREPACK:
         _MOE_PREPACK[0] = moe_prepack
         return
@@ -65,7 +98,7 @@ def cpu_kernels(moe_prepack: str = "identity") -> None:
         output.copy_(weight.flip(-1) if _MOE_PREPACK[0] == "reversed" else weight)
 
     lib.impl("prepack_moe_weight", prepack, "CPU")
-    cpu_kernels.library = lib  # kept alive with the process
+    _LIBRARIES.append(lib)
 
 
 def hf_config(family: str, *, layers: int = 2, experts: int = 4, hidden: int = 64,
@@ -113,9 +146,10 @@ def hf_config(family: str, *, layers: int = 2, experts: int = 4, hidden: int = 6
 
 
 def save(family: str, directory: str | os.PathLike, *, seed: int = 0,
-         dtype: torch.dtype = torch.bfloat16, **sizes) -> Path:
+         dtype: torch.dtype = torch.bfloat16, fp8: bool = False, **sizes) -> Path:
     """Writes a tiny Hugging Face model of ``family`` (random weights) and
-    returns its folder."""
+    returns its folder; ``fp8``: its fp8 block-quantized checkpoint (see
+    the module doc; hidden and intermediate sizes a multiple of 128)."""
     import transformers
 
     config = hf_config(family, **sizes)
@@ -124,7 +158,43 @@ def save(family: str, directory: str | os.PathLike, *, seed: int = 0,
     model = transformers.AutoModelForCausalLM.from_config(config).to(dtype)
     directory = Path(directory)
     model.save_pretrained(directory)
+    if fp8:
+        _quantize_saved(directory)
     return directory
+
+
+def fp8_quantized(name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """One checkpoint tensor as ``save(fp8=True)`` writes it: a matching
+    weight as its fp8 blocks and scales, any other as it is."""
+    from fnmatch import fnmatchcase
+
+    from ..transfer import quantize_blocks
+
+    if tensor.dim() != 2 or not fnmatchcase(name, FP8_WEIGHTS):
+        return [(name, tensor)]
+    q, scale = quantize_blocks(tensor, torch.float8_e4m3fn, FP8_BLOCK)
+    return [(name, q), (name + "_scale_inv", scale)]
+
+
+def _quantize_saved(directory: Path) -> None:
+    import json
+
+    from safetensors.torch import save_file
+
+    tensors = {}
+    for name, t in checkpoint(directory):
+        tensors.update(fp8_quantized(name, t))
+    for path in directory.glob("*.safetensors"):
+        path.unlink()
+    for path in directory.glob("*.safetensors.index.json"):
+        path.unlink()
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    config_path = directory / "config.json"
+    config = json.loads(config_path.read_text())
+    config["quantization_config"] = {
+        "quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
+        "weight_block_size": list(FP8_BLOCK)}
+    config_path.write_text(json.dumps(config, indent=2))
 
 
 def checkpoint(directory: str | os.PathLike) -> list[tuple[str, torch.Tensor]]:

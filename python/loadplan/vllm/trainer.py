@@ -7,12 +7,18 @@ with ``"sliced"`` or ``"full"`` the whole tensors ``iter_full`` yields of the
 names it owns. Rank 0 serves the rendezvous store and drives the workers
 through the client: ``start_weight_update``, then ``update_weights`` while
 every rank sends, then ``finish_weight_update``.
+
+With ``quantize_fp8`` the trainer declares the matching weights as the fp8
+block-quantized checkpoint the engine serves (each weight as
+``float8_e4m3fn`` and its ``_scale_inv`` scales) and its ``Sender``
+quantizes the source's tensors as it sends them.
 """
 
 from __future__ import annotations
 
 import datetime
 import uuid
+from fnmatch import fnmatchcase
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, fields
 from typing import Self
@@ -28,7 +34,8 @@ from vllm.distributed.weight_transfer.base import (
 )
 from vllm.logger import init_logger
 
-from ..transfer import Sender
+from ..plan import ParamMeta
+from ..transfer import Sender, quantized_metadata
 from .info import (
     LoadplanTrainerInitInfo,
     LoadplanWeightTransferInitInfo,
@@ -123,20 +130,41 @@ class LoadplanTrainerWeightTransferEngine(TrainerWeightTransferEngine[LoadplanTr
         self.store.wait([key], datetime.timedelta(seconds=self.init_info.timeout))
         return int(self.store.get(key))
 
-    def _ensure_sender(self, epoch: int, meta: list[VllmParamMeta], device: torch.device) -> Sender:
+    def _declared(self, meta: list[VllmParamMeta]) -> tuple[list[ParamMeta], dict[str, str]]:
+        """The checkpoint the workers are told of (the source's, with the
+        ``quantize_fp8`` weights as fp8 and their scales) and the weight ->
+        scale names the sender quantizes."""
+        metas = [to_loadplan(m) for m in meta]
+        patterns = self.init_info.quantize_fp8
+        if not patterns:
+            return metas, {}
+        names = [m.name for m in metas
+                 if len(m.shape) == 2 and any(fnmatchcase(m.name, p) for p in patterns)]
+        unmatched = [p for p in patterns if not any(fnmatchcase(n, p) for n in names)]
+        if unmatched:
+            raise ValueError(f"load plan: quantize_fp8 patterns {unmatched} match no 2-D "
+                             "weight of the source's metadata")
+        return quantized_metadata(metas, names, torch.float8_e4m3fn,
+                                  self.init_info.quantize_block)
+
+    def _ensure_sender(self, epoch: int, meta: list[VllmParamMeta], declared: list[ParamMeta],
+                       quantize: dict[str, str], device: torch.device) -> Sender:
         if self._sender is not None and self._epoch == epoch:
             return self._sender
         self._drop_sender()
         info = self.init_info
         transport = info.transport or ("nccl" if device.type == "cuda" else "gloo")
+        # A quantized weight's scales are held as the blocks of the weight
+        # this rank holds (the Sender sets them).
         self._sender = Sender(
-            [to_loadplan(m) for m in meta],
+            declared,
             holdings=holdings_of(meta, self.rank, info.num_trainer_ranks, self.local),
             rank=self.rank, world_size=info.world_size, num_senders=info.num_trainer_ranks,
             engine=info.engine, backend=transport,
             device=device if device.type == "cuda" else None, store=self.store,
             name=f"{self.session}.e{epoch}", timeout=info.timeout,
-            staging_cap=info.staging_cap)
+            staging_cap=info.staging_cap, quantize=quantize,
+            quantize_block=info.quantize_block)
         self._epoch = epoch
         return self._sender
 
@@ -153,14 +181,15 @@ class LoadplanTrainerWeightTransferEngine(TrainerWeightTransferEngine[LoadplanTr
 
     def send_weights(self) -> None:
         meta = self.source.metadata
+        declared, quantize = self._declared(meta)  # the same on every rank
         self._round += 1
         epoch = self._agree_on_epoch()
         update = LoadplanWeightTransferUpdateInfo(epoch=epoch)
         if meta != self._sent_meta:
             update = LoadplanWeightTransferUpdateInfo(
-                epoch=epoch, names=[m.name for m in meta],
-                dtype_names=[str(m.dtype).removeprefix("torch.") for m in meta],
-                shapes=[list(m.shape) for m in meta])
+                epoch=epoch, names=[m.name for m in declared],
+                dtype_names=[str(m.dtype).removeprefix("torch.") for m in declared],
+                shapes=[list(m.shape) for m in declared])
         tensors = None
         executor = future = None
         try:
@@ -172,8 +201,9 @@ class LoadplanTrainerWeightTransferEngine(TrainerWeightTransferEngine[LoadplanTr
             held = holdings_of(meta, self.rank, self.init_info.num_trainer_ranks, self.local)
             tensors = self._tensors(held)
             device = next(iter(tensors.values())).device if tensors else torch.device("cpu")
-            sender = self._ensure_sender(epoch, meta, device)
-            sender.send({name: tensors[name] for name in sender.holdings})
+            sender = self._ensure_sender(epoch, meta, declared, quantize, device)
+            # The source's tensors; the sender makes the scales.
+            sender.send({name: tensors[name] for name in held})
         except BaseException:
             self._drop_sender()  # the next update makes new endpoints
             if future is not None:
