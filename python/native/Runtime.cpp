@@ -402,14 +402,11 @@ public:
     nb::object hold = std::move(checked);
     std::vector<nb::object> held = std::move(keep);
     keep.clear();
-    loadplan_binding_t *b = get();
-    loadplan_status_t status;
-    {
-      nb::gil_scoped_release release;
-      status = loadplan_apply_entries(b, entries.data(), data.data(), entries.size(),
-                                      reinterpret_cast<void *>(stream));
-    }
-    check(status);
+    run(
+        [&](loadplan_binding_t *b, void *s) {
+          return loadplan_apply_entries(b, entries.data(), data.data(), entries.size(), s);
+        },
+        stream);
   }
 
   nb::dict stats() const {
@@ -437,7 +434,11 @@ public:
     // Pointers into `dims` only once it no longer grows.
     for (size_t i = 0; i < n; ++i)
       in[i].shape = dims.data() + at[i];
-    run(loadplan_apply_tensors, in, stream);
+    run(
+        [&](loadplan_binding_t *b, void *s) {
+          return loadplan_apply_tensors(b, in.data(), in.size(), s);
+        },
+        stream);
   }
 
   /// boxes: (name, data, dtype, starts, stops) per packed box.
@@ -458,7 +459,11 @@ public:
       in[i].starts = dims.data() + at[i];
       in[i].stops = dims.data() + at[i] + in[i].rank;
     }
-    run(loadplan_apply_boxes, in, stream);
+    run(
+        [&](loadplan_binding_t *b, void *s) {
+          return loadplan_apply_boxes(b, in.data(), in.size(), s);
+        },
+        stream);
   }
 
 private:
@@ -494,16 +499,14 @@ private:
     return static_cast<uint32_t>(rank);
   }
 
-  /// One runtime call for the whole batch, without the GIL.
-  template <typename Input>
-  void run(loadplan_status_t (*apply)(loadplan_binding_t *, const Input *,
-                                      size_t, void *),
-           const std::vector<Input> &in, uintptr_t stream) {
+  /// One runtime call for the whole batch, `apply(binding, stream)`,
+  /// without the GIL.
+  template <typename Apply> void run(Apply apply, uintptr_t stream) {
     loadplan_binding_t *b = get();
     loadplan_status_t status;
     {
       nb::gil_scoped_release release;
-      status = apply(b, in.data(), in.size(), reinterpret_cast<void *>(stream));
+      status = apply(b, reinterpret_cast<void *>(stream));
     }
     check(status);
   }
