@@ -43,6 +43,12 @@ def _blocks(n: int, size: int) -> int:
     return -(-n // size)
 
 
+def scale_shape(shape: tuple[int, ...], block: tuple[int, int]) -> tuple[int, int]:
+    """The scales of a 2-D weight of ``shape`` in ``block``s:
+    [ceil(N/bn), ceil(K/bk)]."""
+    return _blocks(shape[0], block[0]), _blocks(shape[1], block[1])
+
+
 def quantize_blocks(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
                     block: tuple[int, int] = DEFAULT_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
     """``x`` [N, K] (bf16, fp16 or fp32) quantized per ``block``: the fp8
@@ -54,7 +60,7 @@ def quantize_blocks(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
         raise ValueError(f"load plan: cannot quantize to {dtype}; one of {FP8_DTYPES}")
     bn, bk = block
     n, k = x.shape
-    rows, cols = _blocks(n, bn), _blocks(k, bk)
+    rows, cols = scale_shape((n, k), block)
     # Zeros past the end leave each cut block's amax as it is.
     padded = torch.zeros(rows * bn, cols * bk, dtype=torch.float32, device=x.device)
     padded[:n, :k] = x
@@ -91,8 +97,7 @@ def fp8_block_scales(metadata: Iterable[ParamMeta],
         s = metas.get(m.name + SCALE_SUFFIX)
         if (m.dtype in FP8_DTYPES and len(m.shape) == 2 and s is not None
                 and s.dtype == torch.float32
-                and tuple(s.shape) == (_blocks(m.shape[0], block[0]),
-                                       _blocks(m.shape[1], block[1]))):
+                and tuple(s.shape) == scale_shape(m.shape, block)):
             out[m.name] = s.name
     return out
 
@@ -128,8 +133,7 @@ def quantized_metadata(metadata: Iterable[ParamMeta], names: Iterable[str],
             raise ValueError(f"load plan: {scale!r} is declared already; the scales of "
                              f"{m.name!r} are computed from it")
         out += [ParamMeta(m.name, shape, dtype),
-                ParamMeta(scale, (_blocks(shape[0], block[0]), _blocks(shape[1], block[1])),
-                          torch.float32)]
+                ParamMeta(scale, scale_shape(shape, block), torch.float32)]
         quantize[m.name] = scale
     return out, quantize
 
@@ -165,7 +169,7 @@ def plan_quantized(metadata: Mapping[str, ParamMeta], holdings: dict[str, Box | 
             raise ValueError(f"load plan: quantize names {weight!r} -> {scale!r}, which "
                              "metadata does not declare")
         shape = tuple(w.shape)
-        expected = (_blocks(shape[0], bn), _blocks(shape[1], bk)) if len(shape) == 2 else None
+        expected = scale_shape(shape, block) if len(shape) == 2 else None
         if w.dtype not in FP8_DTYPES or len(shape) != 2:
             raise ValueError(f"load plan: quantize: {weight!r} is {w.dtype} {list(shape)}; "
                              f"a block-quantized weight is 2-D, one of {FP8_DTYPES}")
