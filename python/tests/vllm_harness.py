@@ -161,6 +161,11 @@ def make_source(spec: Spec, rank: int, variant: str | None = None):
 
 
 def _setup_process(spec: Spec) -> None:
+    if os.environ.get("LOADPLAN_HARNESS_STACKS"):  # every N s, each thread's stack
+        import faulthandler
+
+        faulthandler.dump_traceback_later(float(os.environ["LOADPLAN_HARNESS_STACKS"]),
+                                          repeat=True)
     torch.set_num_threads(1)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     from loadplan.vllm import tiny
@@ -202,11 +207,6 @@ def _digest(model: torch.nn.Module) -> str:
 
 
 def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
-    if os.environ.get("LOADPLAN_HARNESS_STACKS"):
-        import faulthandler
-
-        faulthandler.dump_traceback_later(float(os.environ["LOADPLAN_HARNESS_STACKS"]),
-                                          repeat=True)
     try:
         _setup_process(spec)
         from vllm.config import WeightTransferConfig
@@ -311,11 +311,6 @@ class PipeClient:
 
 
 def trainer_main(conn, spec: Spec, rank: int, worker_conns) -> None:
-    if os.environ.get("LOADPLAN_HARNESS_STACKS"):
-        import faulthandler
-
-        faulthandler.dump_traceback_later(float(os.environ["LOADPLAN_HARNESS_STACKS"]),
-                                          repeat=True)
     try:
         _setup_process(spec)
         from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
