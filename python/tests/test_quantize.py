@@ -21,7 +21,8 @@ import torch
 from loadplan.transfer import fp8_block_scales, quantize_blocks, quantized_metadata
 from loadplan.transfer.quantize import plan_quantized
 
-from test_transfer import _free_port, _mismatch, _rendezvous, launch_ranks
+from ports import free_port
+from test_transfer import _mismatch, _rendezvous, launch_ranks
 
 FP8 = torch.float8_e4m3fn
 
@@ -266,7 +267,7 @@ def _rank_main(rank: int, tmp: str, ports: list[int]) -> None:
 
 
 def test_quantizing_senders_feed_fp8_receivers_exactly(tmp_path):
-    ports = [_free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(3)]
     code = f"import test_quantize as t; t._rank_main({{rank}}, {str(tmp_path)!r}, {ports})"
     results = launch_ranks(SENDERS + RECEIVERS, code, tmp_path, "quantize")
     receivers = [r for r in results if r["role"] == "receiver"]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,8 @@ from math import prod
 from pathlib import Path
 
 import pytest
+
+from ports import free_port
 
 TESTS = Path(__file__).resolve().parent
 RANK_TIMEOUT = 120.0  # seconds a launch may take, all ranks together
@@ -45,12 +46,6 @@ SCENARIOS: dict[str, dict] = {
                           senders=2, receivers=2, layout="ep", engines=["sliced", "m_to_n"],
                           rendezvous="tcp_store"),
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # One launch runs several scenarios on the same processes (a process's
@@ -102,7 +97,7 @@ def _launch(launch: str, tmp_path: Path) -> dict[str, list[dict]]:
     """Runs ``launch``'s scenarios on its ranks and returns, per scenario,
     each taking rank's result."""
     world, names = LAUNCHES[launch]
-    ports = [_free_port() for _ in names]
+    ports = [free_port() for _ in names]
     code = (f"import test_transfer as t; t._rank_main({names!r}, {{rank}}, {world}, "
             f"{str(tmp_path)!r}, {ports!r})")
     per_rank = launch_ranks(world, code, tmp_path, launch)

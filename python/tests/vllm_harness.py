@@ -17,7 +17,6 @@ import functools
 import hashlib
 import multiprocessing as mp
 import os
-import socket
 import sys
 import time
 import traceback
@@ -27,13 +26,9 @@ from typing import Any
 
 import torch
 
+from ports import free_port
+
 HERE = Path(__file__).resolve().parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def round_tensor(name: str, shape, dtype: torch.dtype, seed: int, round_: int) -> torch.Tensor:
