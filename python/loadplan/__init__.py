@@ -15,7 +15,7 @@ from .capture import capture
 from .checks import check_plannable
 from .export import export_loader
 from .plan import Box, Entry, LoadPlan, ParamMeta, PlanError, Write
-from .planning import compile_ir, plan_loads, plan_or_load
+from .planning import compile_capture, compile_ir, plan_loads, plan_or_load
 from .transfer import Receiver, Schedule, Sender, TransferError, TransferStats
 from .verification import Mismatch, VerifyResult, random_weights, verify
 
@@ -35,6 +35,7 @@ __all__ = [
     "Write",
     "capture",
     "check_plannable",
+    "compile_capture",
     "compile_ir",
     "export_loader",
     "load_planned",

@@ -1,7 +1,8 @@
 """Spelling of loadplan IR text: dtypes, tensor types, strings, layouts.
 
-The capture writes IR as text (the compiler parses it), so everything that
-reaches the text goes through here.
+The capture records its ops as int tuples where it can (the compiler
+builds those into its module directly) and as IR text otherwise; both
+spellings, and the text of the records, are here.
 """
 
 from __future__ import annotations
@@ -24,6 +25,19 @@ _ELEMENT_TYPES: dict[torch.dtype, str] = {
 def has_element_type(dtype: torch.dtype) -> bool:
     """Whether the IR (and so a plan) can hold tensors of ``dtype``."""
     return dtype in _ELEMENT_TYPES
+
+
+def dtype_code(dtype: torch.dtype) -> int:
+    """The runtime's code of ``dtype``, which records carry."""
+    try:
+        return _runtime.DTYPE_CODES[dtype]
+    except KeyError:
+        raise ValueError(f"load plan: dtype {dtype} is not supported") from None
+
+
+def value_name(v: int) -> str:
+    """``%w`` (-1: the incoming tensor) or ``%<v>``."""
+    return "%w" if v < 0 else f"%{v}"
 
 
 def element_type(dtype: torch.dtype) -> str:
@@ -76,3 +90,67 @@ def string(text: str) -> str:
 
 def string_array(texts: Iterable[str]) -> str:
     return "[" + ", ".join(string(t) for t in texts) + "]"
+
+
+# -- records -----------------------------------------------------------------
+#
+# The ops nearly every loader is made of, the view ops and copy_, are
+# recorded as int tuples, not text: the compiler builds them into its
+# module directly (``_native.compile_records``), and the text below is made
+# only when someone asks for the IR. A record's layout is in
+# python/native/RecordOps.h: (code, result, input, input type, result type,
+# ints...) for a view op, (code, source, source type, target, dtype code,
+# offset, shape..., stride...) for a copy. Values count from 0 in their
+# block, -1 being the incoming tensor ``%w``; types index a capture's table
+# of (shape, dtype code).
+
+RECORD_OPS: tuple[str, ...] = tuple(_native.RECORD_OPS)
+OP_CODES: dict[str, int] = {name: code for code, name in enumerate(RECORD_OPS)}
+COPY = OP_CODES["copy"]
+_SAME_TYPE = {OP_CODES["alias"], OP_CODES["clone"]}
+_CODE_ELEMENT_TYPES: dict[int, str] = {
+    code: _native.dtype_mlir_type(code) for code in _runtime.DTYPE_CODES.values()
+}
+
+
+def _type_text(t: tuple[tuple[int, ...], int]) -> str:
+    shape, code = t
+    return f"tensor<{''.join(f'{n}x' for n in shape)}{_CODE_ELEMENT_TYPES[code]}>"
+
+
+def _attrs(op: str, a: tuple[int, ...], out_shape: tuple[int, ...]) -> str:
+    if op == "slice":
+        return f" dim {a[0]} start {a[1]} end {a[2]} step {a[3]}"
+    if op == "select":
+        return f" dim {a[0]} index {a[1]}"
+    if op == "transpose":
+        return f" dim0 {a[0]} dim1 {a[1]}"
+    if op in ("permute", "squeeze"):
+        return f" dims {ints(a)}"
+    if op in ("unsqueeze", "unflatten"):
+        return f" dim {a[0]}"
+    if op == "flatten":
+        return f" start_dim {a[0]} end_dim {a[1]}"
+    if op == "as_strided":
+        return f" {layout(a[0], out_shape, a[1:])}"
+    return ""
+
+
+def record_line(entry: tuple[int, ...], types: list[tuple[tuple[int, ...], int]]) -> str:
+    """The IR text of one record."""
+    code = entry[0]
+    if code == COPY:
+        _, src, src_type, target, dtype, offset, *dims = entry
+        rank = len(dims) // 2
+        return (
+            f"loadplan.copy {value_name(src)} to @t{target} "
+            f"{layout(offset, dims[:rank], dims[rank:])} "
+            f"as {_CODE_ELEMENT_TYPES[dtype]} : {_type_text(types[src_type])}"
+        )
+    op = RECORD_OPS[code]
+    _, result, src, in_type, out_type, *a = entry
+    sig = _type_text(types[in_type])
+    if code not in _SAME_TYPE:
+        sig = f"{sig} -> {_type_text(types[out_type])}"
+    attrs = _attrs(op, tuple(a), types[out_type][0])
+    return f"{value_name(result)} = loadplan.{op} {value_name(src)}{attrs} : {sig}"

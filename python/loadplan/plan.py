@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from . import _runtime, checks
-from .capture import Target, Targets
+from .capture import Capture, Target, Targets
 
 logger = logging.getLogger("loadplan")
 
@@ -242,17 +242,17 @@ class LoadPlan:
     compiler's report (fallbacks grouped by reason, then counts);
     ``fingerprint``: of the live layout the plan was made for;
     ``plan_bytes``: the binary plan file; ``ir``: the captured IR (empty
-    for a loaded plan); ``dumped``: the files ``plan_loads(dump_ir=...)``
-    wrote.
+    for a loaded plan), made from ``capture`` when first asked for;
+    ``dumped``: the files ``plan_loads(dump_ir=...)`` wrote.
     """
 
     def __init__(self, native: _runtime.Plan, plan_bytes: bytes, targets: list[Target],
-                 model: torch.nn.Module, *, report: str, ir: str = "",
+                 model: torch.nn.Module, *, report: str, capture: Capture | None = None,
                  dumped: dict[str, Path] | None = None):
         self.native = native
         self.plan_bytes = plan_bytes
         self.report = report
-        self.ir = ir
+        self.capture = capture
         self.dumped = dumped or {}
         summary = native.summary()
         self.fingerprint = f"{summary['fingerprint']:016x}"
@@ -266,6 +266,10 @@ class LoadPlan:
         self.runtime = RuntimeState()
         self._dests: dict[str, tuple[Dest, ...]] = {}
         self._json: str | None = None
+
+    @property
+    def ir(self) -> str:
+        return self.capture.ir if self.capture is not None else ""
 
     @property
     def model(self) -> torch.nn.Module | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from . import _native, _runtime, checks
-from .capture import capture
+from .capture import Capture, capture
 from .plan import LoadPlan, ParamMeta, PlanError, log_report
 
 logger = logging.getLogger("loadplan")
@@ -59,6 +59,20 @@ def compile_ir(ir: str, source_name: str = "<captured>", print_ir: bool = False,
         raise PlanError(f"load plan: {e}", list(getattr(e, "diagnostics", []))) from None
 
 
+def compile_capture(captured: Capture, source_name: str = "<captured>",
+                    print_ir: bool = False, print_json: bool = True) -> dict:
+    """Compiles a capture in process as ``compile_ir`` compiles its IR
+    text, but from its records: the module is built in memory, and only
+    the storages, the targets and the names with an op that is not a record
+    are text. Returns and raises what ``compile_ir`` does."""
+    text, types, checkpoints = captured.records()
+    try:
+        return _native.compile_records(text, types, checkpoints, source_name, print_ir,
+                                       print_json)
+    except _native.CompileError as e:
+        raise PlanError(f"load plan: {e}", list(getattr(e, "diagnostics", []))) from None
+
+
 def plan_loads(
     model: torch.nn.Module,
     metadata: Iterable[ParamMeta],
@@ -96,7 +110,11 @@ def plan_loads(
         paths["captured"].write_text(captured.ir)
         logger.info("load plan: captured IR in %s", paths["captured"])
     source = str(paths["captured"]) if paths else "<captured>"
-    out = compile_ir(captured.ir, source, print_ir=bool(paths), print_json=bool(paths))
+    if paths:
+        # From the dumped text, so that diagnostics cite its lines.
+        out = compile_ir(captured.ir, source, print_ir=True, print_json=True)
+    else:
+        out = compile_capture(captured, source, print_json=False)
     if paths:
         paths["compiled"].write_text(out["ir"])
         paths["json"].write_text(out["json"])
@@ -114,7 +132,7 @@ def plan_loads(
     ):
         raise RuntimeError("load plan: the compiled plan names other targets than captured")
     report = out["report"].rstrip("\n") + f"; traced in {traced:.2f} s\n"
-    plan = LoadPlan(native, out["plan"], targets, model, report=report, ir=captured.ir,
+    plan = LoadPlan(native, out["plan"], targets, model, report=report, capture=captured,
                     dumped=paths)
     log_report(plan)
     return plan

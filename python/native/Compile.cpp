@@ -1,6 +1,7 @@
 //===- Compile.cpp - Run the load-plan pipeline in process ------*- C++ -*-===//
 
 #include "Compile.h"
+#include "RecordBuilder.h"
 
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanDialect.h"
 #include "loadplan/Transforms/Passes.h"
@@ -8,6 +9,7 @@
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 
@@ -50,58 +52,60 @@ static std::string formatDiagnostic(Diagnostic &diag) {
   return out;
 }
 
-loadplan_python::CompileResult
-loadplan_python::compile(const std::string &ir, const std::string &sourceName,
-                         bool printIR, bool printJson) {
-  CompileResult result;
+namespace {
+/// One compilation's context, with its diagnostics collected into `result`.
+struct Session {
   DialectRegistry registry;
-  registry.insert<loadplan::LoadPlanDialect>();
-  // One compilation per call: no thread pool to start or to leak.
-  MLIRContext context(registry, MLIRContext::Threading::DISABLED);
-  context.loadAllAvailableDialects();
-  // The messages name the op by its location; its generic form is noise.
-  context.printOpOnDiagnostic(false);
+  std::unique_ptr<MLIRContext> context;
+  std::unique_ptr<ScopedDiagnosticHandler> handler;
 
-  ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diag) {
-    std::string text = formatDiagnostic(diag);
-    if (diag.getSeverity() == DiagnosticSeverity::Error)
-      result.errors.push_back(std::move(text));
-    else
-      result.remarks.push_back(std::move(text));
-    return success();
-  });
-
-  ParserConfig config(&context);
-  OwningOpRef<ModuleOp> module =
-      parseSourceString<ModuleOp>(ir, config, sourceName);
-  if (!module) {
-    if (result.errors.empty())
-      result.errors.push_back("cannot parse the captured IR");
-    return result;
+  explicit Session(loadplan_python::CompileResult &result) {
+    registry.insert<loadplan::LoadPlanDialect>();
+    // One compilation per call: no thread pool to start or to leak.
+    context = std::make_unique<MLIRContext>(registry,
+                                            MLIRContext::Threading::DISABLED);
+    context->loadAllAvailableDialects();
+    // The messages name the op by its location; its generic form is noise.
+    context->printOpOnDiagnostic(false);
+    handler = std::make_unique<ScopedDiagnosticHandler>(
+        context.get(), [&result](Diagnostic &diag) {
+          std::string text = formatDiagnostic(diag);
+          if (diag.getSeverity() == DiagnosticSeverity::Error)
+            result.errors.push_back(std::move(text));
+          else
+            result.remarks.push_back(std::move(text));
+          return success();
+        });
   }
+};
+} // namespace
 
+/// Runs the pipeline on a verified module and reads the plan off it.
+static void compileModule(MLIRContext &context, ModuleOp module,
+                          loadplan_python::CompileResult &result, bool printIR,
+                          bool printJson) {
   PassManager pm(&context, ModuleOp::getOperationName());
-  // The parser verified the captured IR; verifying the whole module again
-  // after every stage costs more than the stages on large models (the lit
-  // tests run each pass with verification, and the runtime checks every plan
-  // it opens).
+  // The module was verified once; verifying it again after every stage
+  // costs more than the stages on large models (the lit tests run each pass
+  // with verification, and the runtime checks every plan it opens).
   pm.enableVerifier(false);
   loadplan::PipelineOptions options;
   loadplan::buildLoadPlanPipeline(pm, options);
-  if (failed(pm.run(*module))) {
+  if (failed(pm.run(module))) {
     if (result.errors.empty())
       result.errors.push_back("the load-plan pipeline failed");
-    return result;
+    return;
   }
 
-  FailureOr<loadplan::Plan> plan = loadplan::buildPlan(*module);
+  FailureOr<loadplan::Plan> plan = loadplan::buildPlan(module);
+
   if (failed(plan)) {
     if (result.errors.empty())
       result.errors.push_back("cannot read the plan off the compiled IR");
-    return result;
+    return;
   }
   if (printJson)
-    result.json = planJson(*plan);
+    result.json = loadplan_python::planJson(*plan);
   result.plan = loadplan::serializePlan(*plan);
   {
     llvm::raw_string_ostream os(result.report);
@@ -113,6 +117,49 @@ loadplan_python::compile(const std::string &ir, const std::string &sourceName,
     module->print(os);
   }
   result.ok = result.errors.empty();
+}
+
+loadplan_python::CompileResult
+loadplan_python::compile(const std::string &ir, const std::string &sourceName,
+                         bool printIR, bool printJson) {
+  CompileResult result;
+  Session session(result);
+  ParserConfig config(session.context.get());
+  OwningOpRef<ModuleOp> module =
+      parseSourceString<ModuleOp>(ir, config, sourceName);
+  if (!module) {
+    if (result.errors.empty())
+      result.errors.push_back("cannot parse the captured IR");
+    return result;
+  }
+  compileModule(*session.context, *module, result, printIR, printJson);
+  return result;
+}
+
+loadplan_python::CompileResult
+loadplan_python::compileRecords(const CapturedRecords &records,
+                                const std::string &sourceName, bool printIR,
+                                bool printJson) {
+  CompileResult result;
+  Session session(result);
+  MLIRContext &context = *session.context;
+  // The text part is verified with the rest once the module is whole: its
+  // checkpoints name targets, and the built ones are not there yet.
+  ParserConfig config(&context, /*verifyAfterParse=*/false);
+  OwningOpRef<ModuleOp> module =
+      parseSourceString<ModuleOp>(records.text, config, sourceName);
+  if (!module) {
+    if (result.errors.empty())
+      result.errors.push_back("cannot parse the captured IR");
+    return result;
+  }
+  if (failed(buildRecordedCheckpoints(*module, records)) ||
+      failed(verify(*module))) {
+    if (result.errors.empty())
+      result.errors.push_back("the captured records do not make a module");
+    return result;
+  }
+  compileModule(context, *module, result, printIR, printJson);
   return result;
 }
 

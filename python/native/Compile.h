@@ -11,6 +11,8 @@
 
 #include "loadplan/format/PlanFile.h"
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,34 @@ struct CompileResult {
 /// the JSON plan.
 CompileResult compile(const std::string &ir, const std::string &sourceName,
                       bool printIR, bool printJson);
+
+/// One capture as records (RecordOps.h): the text of the module's storages
+/// and targets and of every checkpoint whose ops are not all records, and
+/// the records of the others.
+struct CapturedRecords {
+  /// `module { storages, targets, text checkpoints in arrival order }`.
+  std::string text;
+  /// The type table: each type's shape and dtype code.
+  std::vector<std::vector<int64_t>> typeShapes;
+  std::vector<uint32_t> typeDtypes;
+  /// Each checkpoint in arrival order: built from `ops[begin, end)` (each
+  /// entry its length, then its code and fields), or, when `type` is -1,
+  /// the next checkpoint of `text`.
+  struct Checkpoint {
+    std::string name;
+    int64_t type = -1;
+    size_t begin = 0, end = 0;
+  };
+  std::vector<Checkpoint> checkpoints;
+  std::vector<int64_t> ops;
+};
+
+/// Compiles a capture's records: the module is built in memory (the
+/// records' checkpoints are never text), verified, and compiled as
+/// compile() compiles parsed IR.
+CompileResult compileRecords(const CapturedRecords &records,
+                             const std::string &sourceName, bool printIR,
+                             bool printJson);
 
 /// The compiler's JSON of a plan (what --loadplan-emit-plan-json writes).
 std::string planJson(const loadplan_format::Plan &plan);

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Compile.h"
+#include "RecordOps.h"
 #include "Runtime.h"
 
 #include <nanobind/nanobind.h>
@@ -16,6 +17,100 @@
 #include <nanobind/stl/vector.h>
 
 namespace nb = nanobind;
+
+namespace {
+
+/// The int at `item`, or a TypeError naming `what`.
+int64_t recordInt(PyObject *item, const char *what) {
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(item, &overflow);
+  if (overflow || (v == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    throw nb::type_error(
+        (std::string("loadplan._native.compile_records: ") + what +
+         " holds something other than a 64-bit int")
+            .c_str());
+  }
+  return v;
+}
+
+PyObject *recordSequence(PyObject *item, const char *what) {
+  if (!PyTuple_Check(item) && !PyList_Check(item))
+    throw nb::type_error(
+        (std::string("loadplan._native.compile_records: ") + what +
+         " is not a tuple or list")
+            .c_str());
+  return item;
+}
+
+/// The Python side of compile_records' arguments, read into plain C++ (the
+/// compile then runs without the GIL). Reads through CPython's own macros:
+/// at 50,000 names this is a million ints.
+loadplan_python::CapturedRecords readRecords(std::string text,
+                                             nb::handle types,
+                                             nb::handle checkpoints) {
+  loadplan_python::CapturedRecords r;
+  r.text = std::move(text);
+  PyObject *typeList = recordSequence(types.ptr(), "types");
+  Py_ssize_t nTypes = PySequence_Fast_GET_SIZE(typeList);
+  r.typeShapes.resize(nTypes);
+  r.typeDtypes.resize(nTypes);
+  for (Py_ssize_t i = 0; i < nTypes; ++i) {
+    PyObject *t = recordSequence(PySequence_Fast_GET_ITEM(typeList, i), "a type");
+    if (PySequence_Fast_GET_SIZE(t) != 2)
+      throw nb::type_error("loadplan._native.compile_records: a type is not "
+                           "(shape, dtype code)");
+    PyObject *shape = recordSequence(PySequence_Fast_GET_ITEM(t, 0), "a shape");
+    Py_ssize_t rank = PySequence_Fast_GET_SIZE(shape);
+    r.typeShapes[i].reserve(rank);
+    for (Py_ssize_t d = 0; d < rank; ++d)
+      r.typeShapes[i].push_back(
+          recordInt(PySequence_Fast_GET_ITEM(shape, d), "a shape"));
+    int64_t dtype = recordInt(PySequence_Fast_GET_ITEM(t, 1), "a dtype code");
+    if (dtype < 0 || dtype > UINT32_MAX)
+      throw nb::value_error("loadplan._native.compile_records: a dtype code "
+                            "out of range");
+    r.typeDtypes[i] = static_cast<uint32_t>(dtype);
+  }
+  PyObject *list = recordSequence(checkpoints.ptr(), "checkpoints");
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(list);
+  r.checkpoints.resize(n);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject *item = PySequence_Fast_GET_ITEM(list, i);
+    if (item == Py_None)
+      continue; // the next text checkpoint
+    recordSequence(item, "a checkpoint");
+    if (PySequence_Fast_GET_SIZE(item) != 3 ||
+        !PyUnicode_Check(PySequence_Fast_GET_ITEM(item, 0)))
+      throw nb::type_error("loadplan._native.compile_records: a checkpoint "
+                           "is not None or (name, type, ops)");
+    auto &ck = r.checkpoints[i];
+    Py_ssize_t size = 0;
+    const char *name =
+        PyUnicode_AsUTF8AndSize(PySequence_Fast_GET_ITEM(item, 0), &size);
+    if (!name)
+      throw nb::python_error();
+    ck.name.assign(name, size);
+    ck.type = recordInt(PySequence_Fast_GET_ITEM(item, 1), "a checkpoint type");
+    if (ck.type < 0)
+      throw nb::value_error("loadplan._native.compile_records: a checkpoint "
+                            "type out of range");
+    PyObject *ops = recordSequence(PySequence_Fast_GET_ITEM(item, 2), "ops");
+    ck.begin = r.ops.size();
+    Py_ssize_t nOps = PySequence_Fast_GET_SIZE(ops);
+    for (Py_ssize_t k = 0; k < nOps; ++k) {
+      PyObject *op = recordSequence(PySequence_Fast_GET_ITEM(ops, k), "an op");
+      Py_ssize_t fields = PySequence_Fast_GET_SIZE(op);
+      r.ops.push_back(fields);
+      for (Py_ssize_t f = 0; f < fields; ++f)
+        r.ops.push_back(recordInt(PySequence_Fast_GET_ITEM(op, f), "an op"));
+    }
+    ck.end = r.ops.size();
+  }
+  return r;
+}
+
+} // namespace
 
 NB_MODULE(_native, m) {
   m.doc() = "The loadplan compiler and runtime, in process";
@@ -28,32 +123,36 @@ NB_MODULE(_native, m) {
           PyExc_RuntimeError, nullptr));
   m.attr("CompileError") = compileError;
 
+  auto finish = [](loadplan_python::CompileResult &r) {
+    if (!r.ok) {
+      std::string message;
+      for (const std::string &e : r.errors)
+        message += (message.empty() ? "" : "\n") + e;
+      nb::object exc = compileError(message);
+      exc.attr("diagnostics") = nb::cast(r.errors);
+      exc.attr("remarks") = nb::cast(r.remarks);
+      PyErr_SetObject(compileError.ptr(), exc.ptr());
+      throw nb::python_error();
+    }
+    nb::dict out;
+    out["json"] = r.json;
+    out["plan"] = nb::bytes(r.plan.data(), r.plan.size());
+    out["report"] = r.report;
+    out["ir"] = r.compiledIR;
+    out["remarks"] = nb::cast(r.remarks);
+    return out;
+  };
+
   m.def(
       "compile",
-      [](const std::string &ir, const std::string &sourceName, bool printIR,
-         bool printJson) {
+      [finish](const std::string &ir, const std::string &sourceName,
+               bool printIR, bool printJson) {
         loadplan_python::CompileResult r;
         {
           nb::gil_scoped_release release;
           r = loadplan_python::compile(ir, sourceName, printIR, printJson);
         }
-        if (!r.ok) {
-          std::string message;
-          for (const std::string &e : r.errors)
-            message += (message.empty() ? "" : "\n") + e;
-          nb::object exc = compileError(message);
-          exc.attr("diagnostics") = nb::cast(r.errors);
-          exc.attr("remarks") = nb::cast(r.remarks);
-          PyErr_SetObject(compileError.ptr(), exc.ptr());
-          throw nb::python_error();
-        }
-        nb::dict out;
-        out["json"] = r.json;
-        out["plan"] = nb::bytes(r.plan.data(), r.plan.size());
-        out["report"] = r.report;
-        out["ir"] = r.compiledIR;
-        out["remarks"] = nb::cast(r.remarks);
-        return out;
+        return finish(r);
       },
       nb::arg("ir"), nb::arg("source_name") = "<captured>",
       nb::arg("print_ir") = true, nb::arg("print_json") = true,
@@ -61,6 +160,41 @@ NB_MODULE(_native, m) {
       "as JSON, '' unless print_json), 'plan' (the binary plan file), "
       "'report', 'ir' (the compiled module, '' unless print_ir) and "
       "'remarks'. Raises CompileError with the diagnostics.");
+
+  m.def(
+      "compile_records",
+      [finish](std::string text, nb::handle types, nb::handle checkpoints,
+               const std::string &sourceName, bool printIR, bool printJson) {
+        loadplan_python::CapturedRecords records =
+            readRecords(std::move(text), types, checkpoints);
+
+        loadplan_python::CompileResult r;
+        {
+          nb::gil_scoped_release release;
+          r = loadplan_python::compileRecords(records, sourceName, printIR,
+                                              printJson);
+        }
+        return finish(r);
+      },
+      nb::arg("text"), nb::arg("types"), nb::arg("checkpoints"),
+      nb::arg("source_name") = "<captured>", nb::arg("print_ir") = true,
+      nb::arg("print_json") = true,
+      "Compiles a capture given as records (the ops in RECORD_OPS as int "
+      "tuples, built into the module without text) and text (storages, "
+      "targets and the checkpoints with other ops): `types` is a list of "
+      "(shape, dtype code), `checkpoints` one per name in arrival order, "
+      "(name, type, ops) or None for the next checkpoint of `text`. Returns "
+      "what compile() returns.");
+
+  {
+    nb::tuple names = nb::steal<nb::tuple>(
+        PyTuple_New(static_cast<Py_ssize_t>(loadplan_python::RecordOp::count)));
+    for (size_t i = 0; i < static_cast<size_t>(loadplan_python::RecordOp::count);
+         ++i)
+      PyTuple_SET_ITEM(names.ptr(), i,
+                       PyUnicode_FromString(loadplan_python::kRecordOpNames[i]));
+    m.attr("RECORD_OPS") = names;
+  }
 
   m.attr("HAS_COMPILER") = loadplan_python::compilerMissing() == nullptr;
 

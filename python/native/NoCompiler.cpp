@@ -26,3 +26,11 @@ loadplan_python::compile(const std::string &, const std::string &, bool,
 std::string loadplan_python::planJson(const loadplan_format::Plan &) {
   return {};
 }
+
+loadplan_python::CompileResult
+loadplan_python::compileRecords(const CapturedRecords &, const std::string &,
+                                bool, bool) {
+  CompileResult result;
+  result.errors.push_back(kMissing);
+  return result;
+}

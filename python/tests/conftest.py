@@ -29,3 +29,28 @@ class LoaderModel(torch.nn.Module):
 @pytest.fixture
 def loader_model() -> type[LoaderModel]:
     return LoaderModel
+
+
+@pytest.fixture(autouse=True)
+def records_compile_like_text(monkeypatch):
+    """Every plan_loads in these tests compiles its capture from records
+    (the module built in memory); this checks each against compiling the
+    capture's IR text, the other way in: the same plan, byte for byte, or
+    the same refusal."""
+    from loadplan import planning
+
+    from_records = planning.compile_capture
+
+    def checked(captured, source_name="<captured>", print_ir=False, print_json=True):
+        try:
+            out = from_records(captured, source_name, print_ir, print_json)
+        except planning.PlanError:
+            with pytest.raises(planning.PlanError):
+                planning.compile_ir(captured.ir, source_name, print_ir, print_json)
+            raise
+        text = planning.compile_ir(captured.ir, source_name, False, print_json)
+        assert out["plan"] == text["plan"], "records and text compile to other plans"
+        return out
+
+    checked.__wrapped__ = from_records
+    monkeypatch.setattr(planning, "compile_capture", checked)

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -102,13 +101,27 @@ def _own_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
     return [t for _, t in tensors if t is not None]
 
 
-@dataclass
 class Capture:
-    """What one capture produced: the IR text, and the targets its symbols
-    name (``@t<i>`` is ``targets.targets[i]``)."""
+    """What one capture produced: its records, and the targets its symbols
+    name (``@t<i>`` is ``targets.targets[i]``). ``ir`` is the IR text, made
+    when first asked for; the compiler takes ``records()`` instead."""
 
-    ir: str
-    targets: Targets
+    def __init__(self, sink: Sink, title: str):
+        self._sink = sink
+        self._title = title
+        self._ir: str | None = None
+        self.targets: Targets = sink.targets
+
+    @property
+    def ir(self) -> str:
+        if self._ir is None:
+            self._ir = self._sink.ir(self._title)
+        return self._ir
+
+    def records(self) -> tuple[str, list, list]:
+        """``(text, types, checkpoints)`` as ``_native.compile_records``
+        takes them."""
+        return self._sink.records_for_compiler(self._title)
 
 
 def capture(model: torch.nn.Module, metadata: Mapping[str, Any] | Iterable[Any], *,
@@ -165,4 +178,4 @@ def capture(model: torch.nn.Module, metadata: Mapping[str, Any] | Iterable[Any],
     finally:
         sink.closed = True
     title = f"Captured by loadplan from {type(model).__qualname__}.load_weights"
-    return Capture(ir=sink.ir(title), targets=targets)
+    return Capture(sink, title)

@@ -17,6 +17,7 @@ class Target:
     """A parameter or buffer of the live model, as a write destination."""
 
     symbol: str  # @t<i> in the IR
+    index: int  # i
     module: str
     tensor: str
     real: torch.Tensor
@@ -65,6 +66,7 @@ class Targets:
             module, _, tensor = name.rpartition(".")
             target = Target(
                 symbol=f"t{len(self.targets)}",
+                index=len(self.targets),
                 module=module,
                 tensor=tensor,
                 real=t,

@@ -3,7 +3,7 @@ sink that records what a loader does with them as loadplan IR lines."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -45,17 +45,20 @@ class TargetRead:
 
 
 class Record:
-    """One checkpoint name's block: the ops its traces went through."""
+    """One checkpoint name's block: the ops its traces went through, each a
+    record (an int tuple, see ``_ir.record_line``) or a line of IR text.
+    ``text`` says whether any is text."""
 
     def __init__(self, name: str, shape: tuple[int, ...], dtype: torch.dtype):
         self.name = name
         self.shape = shape
         self.dtype = dtype
-        self.lines: list[str | TargetRead] = []
+        self.lines: list[str | TargetRead | tuple[int, ...]] = []
+        self.text = False
         self._next = 0
 
-    def fresh(self) -> str:
-        value = f"%{self._next}"
+    def fresh(self) -> int:
+        value = self._next
         self._next += 1
         return value
 
@@ -63,16 +66,17 @@ class Record:
 class TraceTensor(torch.Tensor):
     """A data-free stand-in for an incoming checkpoint tensor or a view of
     it. ``_meta`` is a meta tensor with the same layout (views of it keep
-    torch's storage offsets, which ``as_strided`` needs); ``_value`` is its
-    SSA value in its name's block."""
+    torch's storage offsets, which ``as_strided`` needs); ``_num`` is its
+    SSA value in its name's block (-1: the incoming tensor, ``%w``) and
+    ``_value`` that value's name."""
 
     _sink: Sink
     _record: Record
-    _value: str
+    _num: int
     _meta: torch.Tensor
 
     @staticmethod
-    def __new__(cls, sink: Sink, record: Record, value: str, meta: torch.Tensor):
+    def __new__(cls, sink: Sink, record: Record, num: int, meta: torch.Tensor):
         r = torch.Tensor._make_wrapper_subclass(
             cls,
             meta.shape,
@@ -84,9 +88,13 @@ class TraceTensor(torch.Tensor):
         )
         r._sink = sink
         r._record = record
-        r._value = value
+        r._num = num
         r._meta = meta
         return r
+
+    @property
+    def _value(self) -> str:
+        return _ir.value_name(self._num)
 
     def __init__(self, *args: Any, **kwargs: Any):
         pass
@@ -171,6 +179,9 @@ class Sink:
         # Storages a name writes (copy_ or an in-place op from a trace).
         self.written: set[str] = set()
         self.closed = False
+        # The records' type table: (shape, dtype code), and its index.
+        self.types: list[tuple[tuple[int, ...], int]] = []
+        self.type_ids: dict[tuple, int] = {}
 
     # -- names -------------------------------------------------------------
 
@@ -183,6 +194,7 @@ class Sink:
             record = Record(name, shape, dtype)
             if not self.records and self.pending:
                 record.lines.extend(self.pending)
+                record.text = True
                 self.pending.clear()
             self.records[name] = record
             self.current = record
@@ -190,7 +202,7 @@ class Sink:
             if incoming is None:  # handed out again after a stop
                 with no_dispatch():  # the capture's own tensor, not the loader's op
                     incoming = torch.empty(shape, dtype=dtype, device=META)
-            yield name, TraceTensor(self, record, "%w", incoming)
+            yield name, TraceTensor(self, record, -1, incoming)
 
     def _check_open(self, trace: TraceTensor) -> None:
         if self.closed:
@@ -202,12 +214,22 @@ class Sink:
 
     def _emit(self, record: Record, line: str) -> None:
         record.lines.append(line)
+        record.text = True
 
     def _emit_current(self, line: str) -> None:
         if self.current is not None:
-            self.current.lines.append(line)
+            self._emit(self.current, line)
         else:
             self.pending.append(line)
+
+    def type_id(self, shape: Sequence[int], dtype: torch.dtype) -> int:
+        """The index of (shape, dtype) in this capture's type table."""
+        key = (shape, dtype)
+        found = self.type_ids.get(key)
+        if found is None:
+            found = self.type_ids[key] = len(self.types)
+            self.types.append((tuple(shape), _ir.dtype_code(dtype)))
+        return found
 
     # -- events that stop the loader ----------------------------------------
 
@@ -278,22 +300,18 @@ class Sink:
         and lists of them) on its meta tensor."""
         return func(src._meta, *args[1:], **kwargs)
 
-    def _new(self, record: Record, value: str, meta: torch.Tensor) -> TraceTensor:
-        return TraceTensor(self, record, value, meta)
+    def _new(self, record: Record, num: int, meta: torch.Tensor) -> TraceTensor:
+        return TraceTensor(self, record, num, meta)
 
-    def view_op(
-        self, src: TraceTensor, out: torch.Tensor, op: str, attrs: str = ""
-    ) -> TraceTensor:
-        """Emits ``%r = loadplan.<op> %src <attrs> : in -> out``."""
+    def view_op(self, src: TraceTensor, out: torch.Tensor, op: str, *attrs: int) -> TraceTensor:
+        """Records ``%r = loadplan.<op> %src <attrs> : in -> out``; ``attrs``
+        are the op's ints (RecordOps.h)."""
         record = src._record
         value = record.fresh()
-        attrs = f" {attrs}" if attrs else ""
-        in_type = _ir.tensor_type(src.shape, src.dtype)
-        if op in ("alias", "clone"):
-            sig = in_type
-        else:
-            sig = f"{in_type} -> {_ir.tensor_type(out.shape, out.dtype)}"
-        self._emit(record, f"{value} = loadplan.{op} {src._value}{attrs} : {sig}")
+        record.lines.append(
+            (_ir.OP_CODES[op], value, src._num, self.type_id(src.shape, src.dtype),
+             self.type_id(out.shape, out.dtype), *attrs)
+        )
         return self._new(record, value, out)
 
     def _unary(self, func, src, args, kwargs, op: str) -> TraceTensor:
@@ -329,17 +347,15 @@ class Sink:
             return None  # legacy cat of 1-d empty tensors
         dim = normalize(_arg(args, kwargs, 0, "dim", 0), rank)
         if stack:
-            tensors = [
-                self.view_op(t, t._meta.unsqueeze(dim), "unsqueeze", f"dim {dim}")
-                for t in tensors
-            ]
+            tensors = [self.view_op(t, t._meta.unsqueeze(dim), "unsqueeze", dim)
+                       for t in tensors]
         record = first._record
         value = record.fresh()
         values = ", ".join(t._value for t in tensors)
         in_types = ", ".join(_ir.tensor_type(t.shape, t.dtype) for t in tensors)
         self._emit(
             record,
-            f"{value} = loadplan.cat ({values}) dim {dim} : ({in_types}) -> "
+            f"{_ir.value_name(value)} = loadplan.cat ({values}) dim {dim} : ({in_types}) -> "
             f"{_ir.tensor_type(out.shape, out.dtype)}",
         )
         return self._new(record, value, out)
@@ -354,9 +370,7 @@ class Sink:
         ):
             return None
         views = [
-            self.view_op(
-                src, o, "as_strided", _ir.layout(o.storage_offset(), o.shape, o.stride())
-            )
+            self.view_op(src, o, "as_strided", o.storage_offset(), *o.stride())
             for o in outs
         ]
         return type(out)(views) if isinstance(out, (list, tuple)) else views[0]
@@ -407,11 +421,9 @@ class Sink:
                 f": {src_type}",
             )
         else:
-            self._emit(
-                record,
-                f"loadplan.copy {src._value} to @{target.symbol} "
-                f"{_ir.layout(offset, dest.shape, dest.stride())} "
-                f"as {_ir.element_type(dest.dtype)} : {src_type}",
+            record.lines.append(
+                (_ir.COPY, src._num, self.type_id(src.shape, src.dtype), target.index,
+                 _ir.dtype_code(dest.dtype), offset, *dest.shape, *dest.stride())
             )
         return dest
 
@@ -483,14 +495,14 @@ class Sink:
             out_types = ", ".join(elem_type_or_bytes(o) for _, o in results)
             if len(results) != 1:
                 out_types = f"({out_types})"
-            lhs = f"{', '.join(result_values)} = " if results else ""
+            lhs = f"{', '.join(map(_ir.value_name, result_values))} = " if results else ""
             self._emit(
                 record,
                 f"{lhs}loadplan.apply {op} ({values}){attr_text} : ({in_types}) -> {out_types}",
             )
         for (k, o), value in zip(results, result_values):
             if isinstance(wrapped[k], TraceTensor):
-                wrapped[k]._value = value  # written in place: a new value
+                wrapped[k]._num = value  # written in place: a new value
             else:
                 wrapped[k] = self._new(record, value, o)
         return pytree.tree_unflatten(wrapped, out_spec)
@@ -529,7 +541,7 @@ class Sink:
                     f"loadplan.read_target @{on_storage[0].symbol} "
                     f"op {_ir.string(op_name(func))}"
                 )
-                self.current.lines.append(TargetRead(on_storage[0].storage, line))
+                self._emit(self.current, TargetRead(on_storage[0].storage, line))
 
     def constant_write(self, func: Any, dest: torch.Tensor) -> None:
         if not isinstance(dest, torch.Tensor) or not _ir.has_element_type(dest.dtype):
@@ -545,22 +557,46 @@ class Sink:
 
     # -- the IR --------------------------------------------------------------
 
+    def _block(self, name: str, record: Record | None, meta: Any) -> list[str]:
+        lines = [
+            f"  loadplan.checkpoint {_ir.string(name)} "
+            f": {_ir.tensor_type(tuple(meta.shape), meta.dtype)} (%w) {{"
+        ]
+        for line in record.lines if record is not None else ():
+            if isinstance(line, tuple):
+                line = _ir.record_line(line, self.types)
+            elif isinstance(line, TargetRead):
+                if line.storage not in self.written:
+                    continue
+                line = line.line
+            lines.append(f"    {line}")
+        lines.append("  }")
+        return lines
+
     def ir(self, title: str) -> str:
+        """The whole capture as IR text."""
         lines = [f"// {title}", "module {"]
         lines += [f"  {line}" for line in self.targets.ir()]
         for name, meta in self.metas.items():
-            shape, dtype = tuple(meta.shape), meta.dtype
-            lines.append(
-                f"  loadplan.checkpoint {_ir.string(name)} "
-                f": {_ir.tensor_type(shape, dtype)} (%w) {{"
-            )
-            record = self.records.get(name)
-            for line in record.lines if record is not None else ():
-                if isinstance(line, TargetRead):
-                    if line.storage not in self.written:
-                        continue
-                    line = line.line
-                lines.append(f"    {line}")
-            lines.append("  }")
+            lines += self._block(name, self.records.get(name), meta)
         lines.append("}")
         return "\n".join(lines) + "\n"
+
+    def records_for_compiler(self, title: str) -> tuple[str, list, list]:
+        """What ``_native.compile_records`` takes: the text of the storages,
+        the targets and every checkpoint with a text line; the type table;
+        and per name in arrival order ``(name, type, records)``, or None for
+        the next checkpoint of the text."""
+        lines = [f"// {title}", "module {"]
+        lines += [f"  {line}" for line in self.targets.ir()]
+        checkpoints: list[tuple | None] = []
+        for name, meta in self.metas.items():
+            record = self.records.get(name)
+            if record is not None and record.text:
+                lines += self._block(name, record, meta)
+                checkpoints.append(None)
+            else:
+                ops = record.lines if record is not None else ()
+                checkpoints.append((name, self.type_id(tuple(meta.shape), meta.dtype), ops))
+        lines.append("}")
+        return "\n".join(lines) + "\n", self.types, checkpoints

@@ -38,14 +38,14 @@ def _slice(sink: Sink, func, src: TraceTensor, args, kwargs):
     step = _arg(args, kwargs, 3, "step", 1)
     start = 0 if start is None else int(start)
     end = _ir.INT64_MAX if end is None else min(int(end), _ir.INT64_MAX)
-    return sink.view_op(src, out, "slice", f"dim {dim} start {start} end {end} step {step}")
+    return sink.view_op(src, out, "slice", dim, start, end, int(step))
 
 
 def _select(sink: Sink, func, src, args, kwargs):
     out = sink.meta_view(func, src, args, kwargs)
     dim = _dim(args, kwargs, 0, src.dim())
     index = int(_arg(args, kwargs, 1, "index"))
-    return sink.view_op(src, out, "select", f"dim {dim} index {index}")
+    return sink.view_op(src, out, "select", dim, index)
 
 
 def _narrow(sink: Sink, func, src, args, kwargs):
@@ -55,7 +55,7 @@ def _narrow(sink: Sink, func, src, args, kwargs):
     if start < 0:
         start += src.shape[dim]
     end = start + int(_arg(args, kwargs, 2, "length"))
-    return sink.view_op(src, out, "slice", f"dim {dim} start {start} end {end} step 1")
+    return sink.view_op(src, out, "slice", dim, start, end, 1)
 
 
 def _transpose(sink: Sink, func, src, args, kwargs):
@@ -65,20 +65,20 @@ def _transpose(sink: Sink, func, src, args, kwargs):
         return sink.view_op(src, out, "alias")
     d0 = _dim(args, kwargs, 0, rank, "dim0")
     d1 = _dim(args, kwargs, 1, rank, "dim1")
-    return sink.view_op(src, out, "transpose", f"dim0 {d0} dim1 {d1}")
+    return sink.view_op(src, out, "transpose", d0, d1)
 
 
 def _t(sink: Sink, func, src, args, kwargs):
     out = sink.meta_view(func, src, args, kwargs)
     if src.dim() == 2:
-        return sink.view_op(src, out, "transpose", "dim0 0 dim1 1")
+        return sink.view_op(src, out, "transpose", 0, 1)
     return sink.view_op(src, out, "alias")
 
 
 def _permute(sink: Sink, func, src, args, kwargs):
     out = sink.meta_view(func, src, args, kwargs)
     dims = [normalize(d, src.dim()) for d in _arg(args, kwargs, 0, "dims")]
-    return sink.view_op(src, out, "permute", f"dims {_ir.ints(dims)}")
+    return sink.view_op(src, out, "permute", *dims)
 
 
 def _expand(sink: Sink, func, src, args, kwargs):
@@ -90,7 +90,7 @@ def _expand(sink: Sink, func, src, args, kwargs):
 def _unsqueeze(sink: Sink, func, src, args, kwargs):
     out = sink.meta_view(func, src, args, kwargs)
     dim = _dim(args, kwargs, 0, src.dim() + 1)
-    return sink.view_op(src, out, "unsqueeze", f"dim {dim}")
+    return sink.view_op(src, out, "unsqueeze", dim)
 
 
 def _squeeze(sink: Sink, func, src, args, kwargs):
@@ -106,7 +106,7 @@ def _squeeze(sink: Sink, func, src, args, kwargs):
     removed = [d for d in range(rank) if d in requested and src.shape[d] == 1]
     if not removed:
         return sink.view_op(src, out, "alias")
-    return sink.view_op(src, out, "squeeze", f"dims {_ir.ints(removed)}")
+    return sink.view_op(src, out, "squeeze", *removed)
 
 
 def _flatten(sink: Sink, func, src, args, kwargs):
@@ -118,12 +118,12 @@ def _flatten(sink: Sink, func, src, args, kwargs):
         return sink.view_op(src, out, "alias")
     start = _dim(args, kwargs, 0, rank, "start_dim", 0)
     end = _dim(args, kwargs, 1, rank, "end_dim", -1)
-    return sink.view_op(src, out, "flatten", f"start_dim {start} end_dim {end}")
+    return sink.view_op(src, out, "flatten", start, end)
 
 
 def _unflatten(sink: Sink, func, src, args, kwargs):
     out = sink.meta_view(func, src, args, kwargs)
-    return sink.view_op(src, out, "unflatten", f"dim {_dim(args, kwargs, 0, src.dim())}")
+    return sink.view_op(src, out, "unflatten", _dim(args, kwargs, 0, src.dim()))
 
 
 def _view(sink: Sink, func, src, args, kwargs):
@@ -141,8 +141,7 @@ def _reshape(sink: Sink, func, src, args, kwargs):
 def _as_strided(sink: Sink, func, src, args, kwargs):
     out = sink.meta_view(func, src, args, kwargs)
     # torch's default offset is the input's own; the IR spells it out.
-    layout = _ir.layout(out.storage_offset(), out.shape, out.stride())
-    return sink.view_op(src, out, "as_strided", layout)
+    return sink.view_op(src, out, "as_strided", out.storage_offset(), *out.stride())
 
 
 def _alias(sink: Sink, func, src, args, kwargs):
@@ -158,7 +157,7 @@ def _split(sink: Sink, func, src, args, kwargs):
     for o in outs:
         end = start + o.shape[dim]
         views.append(
-            sink.view_op(src, o, "slice", f"dim {dim} start {start} end {end} step 1")
+            sink.view_op(src, o, "slice", dim, start, end, 1)
         )
         start = end
     return type(outs)(views) if isinstance(outs, tuple) else views
@@ -168,7 +167,7 @@ def _unbind(sink: Sink, func, src, args, kwargs):
     outs = sink.meta_view(func, src, args, kwargs)
     dim = _dim(args, kwargs, 0, src.dim())
     views = [
-        sink.view_op(src, o, "select", f"dim {dim} index {i}") for i, o in enumerate(outs)
+        sink.view_op(src, o, "select", dim, i) for i, o in enumerate(outs)
     ]
     return type(outs)(views) if isinstance(outs, tuple) else views
 

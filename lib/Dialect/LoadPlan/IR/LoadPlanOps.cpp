@@ -183,8 +183,10 @@ LogicalResult TargetOp::verifySymbolUses(SymbolTableCollection &symbols) {
 
 void CheckpointOp::build(OpBuilder &builder, OperationState &state,
                          StringRef name, RankedTensorType type) {
-  state.addAttribute(getNameAttrName(state.name), builder.getStringAttr(name));
-  state.addAttribute(getTypeAttrName(state.name), TypeAttr::get(type));
+  // As properties: attributes would go through a DictionaryAttr first.
+  Properties &props = state.getOrAddProperties<Properties>();
+  props.name = builder.getStringAttr(name);
+  props.type = TypeAttr::get(type);
   Region *body = state.addRegion();
   Block *block = new Block();
   block->addArgument(type, state.location);

@@ -1,0 +1,311 @@
+//===- RecordBuilder.cpp - Capture records into a module --------*- C++ -*-===//
+//
+// The in-memory half of compileRecords: each recorded op becomes the op its
+// IR text would parse to (RecordOps.h has the fields), without the text.
+//
+//===----------------------------------------------------------------------===//
+
+#include "RecordBuilder.h"
+#include "RecordOps.h"
+
+#include "loadplan/Dialect/LoadPlan/IR/LoadPlanAttrs.h"
+#include "loadplan/Dialect/LoadPlan/IR/LoadPlanOps.h"
+#include "loadplan/plan_format.h"
+
+#include "mlir/AsmParser/AsmParser.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/Twine.h"
+
+#include <optional>
+
+using namespace mlir;
+using namespace mlir::loadplan;
+using loadplan_python::CapturedRecords;
+using loadplan_python::kRecordOpNames;
+using loadplan_python::RecordOp;
+
+namespace {
+
+/// Builds one module's recorded checkpoints.
+class RecordBuilder {
+public:
+  RecordBuilder(ModuleOp module, const CapturedRecords &records)
+      : module(module), records(records), b(module.getContext()) {}
+
+  LogicalResult run();
+
+private:
+  LogicalResult makeTypes();
+  Type element(int64_t dtype);
+  LogicalResult buildCheckpoint(const CapturedRecords::Checkpoint &ck);
+  LogicalResult buildOp(ArrayRef<int64_t> entry, Location loc);
+  FailureOr<Value> value(int64_t index, Location loc);
+  FailureOr<RankedTensorType> type(int64_t index, Location loc);
+
+  ModuleOp module;
+  const CapturedRecords &records;
+  OpBuilder b;
+  SmallVector<RankedTensorType> types;
+  /// Element types by dtype code, made on first use.
+  SmallVector<Type> elements;
+  /// The values of the block being built; [0] is the incoming tensor.
+  SmallVector<Value> values;
+  SmallVector<FlatSymbolRefAttr> targets;
+  /// The registered names of the ops made without attributes, by code.
+  std::optional<OperationName> opNames[static_cast<size_t>(RecordOp::count)];
+};
+
+} // namespace
+
+Type RecordBuilder::element(int64_t dtype) {
+  if (dtype < 0 || dtype > UINT32_MAX)
+    return {};
+  if (static_cast<size_t>(dtype) >= elements.size())
+    elements.resize(dtype + 1);
+  Type &element = elements[dtype];
+  if (!element) {
+    const char *spelling =
+        loadplan_dtype_mlir_type(static_cast<uint32_t>(dtype));
+    if (*spelling)
+      element = parseType(spelling, module.getContext());
+  }
+  return element;
+}
+
+LogicalResult RecordBuilder::makeTypes() {
+  if (records.typeShapes.size() != records.typeDtypes.size())
+    return emitError(module.getLoc())
+           << "captured records: a type table of " << records.typeShapes.size()
+           << " shapes and " << records.typeDtypes.size() << " dtypes";
+  types.reserve(records.typeShapes.size());
+  for (auto [shape, dtype] :
+       llvm::zip_equal(records.typeShapes, records.typeDtypes)) {
+    Type e = element(dtype);
+    if (!e)
+      return emitError(module.getLoc())
+             << "captured records: no element type for dtype code " << dtype;
+    types.push_back(RankedTensorType::get(shape, e));
+  }
+  return success();
+}
+
+FailureOr<RankedTensorType> RecordBuilder::type(int64_t index, Location loc) {
+  if (index < 0 || static_cast<size_t>(index) >= types.size())
+    return emitError(loc) << "captured records: type " << index
+                          << " is not in the table of " << types.size();
+  return types[index];
+}
+
+FailureOr<Value> RecordBuilder::value(int64_t index, Location loc) {
+  // -1 is the incoming tensor, values[0].
+  if (index < -1 || index + 1 >= static_cast<int64_t>(values.size()))
+    return emitError(loc) << "captured records: value " << index
+                          << " is not defined before its use";
+  return values[index + 1];
+}
+
+LogicalResult RecordBuilder::buildOp(ArrayRef<int64_t> entry, Location loc) {
+  auto code = static_cast<size_t>(entry.front());
+  if (entry.front() < 0 || code >= static_cast<size_t>(RecordOp::count))
+    return emitError(loc) << "captured records: unknown op code "
+                          << entry.front();
+  auto op = static_cast<RecordOp>(code);
+  ArrayRef<int64_t> fields = entry.drop_front();
+  auto tooShort = [&](size_t need) -> LogicalResult {
+    return emitError(loc) << "captured records: " << kRecordOpNames[code]
+                          << " has " << fields.size() << " fields, not "
+                          << need;
+  };
+  auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
+
+  if (op == RecordOp::copy) {
+    // source, source type, target, dtype, offset, shape..., stride...
+    if (fields.size() < 5 || (fields.size() - 5) % 2)
+      return tooShort(5);
+    FailureOr<Value> src = value(fields[0], loc);
+    FailureOr<RankedTensorType> srcType = type(fields[1], loc);
+    if (failed(src) || failed(srcType))
+      return failure();
+    if (src->getType() != *srcType)
+      return emitError(loc) << "captured records: copy source is "
+                            << src->getType() << ", recorded as " << *srcType;
+    int64_t target = fields[2];
+    if (target < 0 || static_cast<size_t>(target) >= targets.size())
+      return emitError(loc)
+             << "captured records: target " << target << " is not declared";
+    Type dtype = element(fields[3]);
+    if (!dtype)
+      return emitError(loc) << "captured records: no element type for dtype "
+                               "code "
+                            << fields[3];
+    size_t rank = (fields.size() - 5) / 2;
+    ArrayRef<int64_t> shape = fields.slice(5, rank);
+    ArrayRef<int64_t> stride = fields.slice(5 + rank, rank);
+    auto layout =
+        LayoutAttr::getChecked([&] { return emitError(loc); }, b.getContext(),
+                               fields[4], shape, stride);
+    if (!layout)
+      return failure();
+    CopyOp::create(b, loc, *src, targets[target], layout, TypeAttr::get(dtype));
+    return success();
+  }
+
+  // A view op: result, input, input type, result type, then its ints.
+  if (fields.size() < 4)
+    return tooShort(4);
+  if (fields[0] + 1 != static_cast<int64_t>(values.size()))
+    return emitError(loc) << "captured records: value " << fields[0]
+                          << " defined out of order";
+  FailureOr<Value> input = value(fields[1], loc);
+  FailureOr<RankedTensorType> inType = type(fields[2], loc);
+  FailureOr<RankedTensorType> outType = type(fields[3], loc);
+  if (failed(input) || failed(inType) || failed(outType))
+    return failure();
+  if (input->getType() != *inType)
+    return emitError(loc) << "captured records: " << kRecordOpNames[code]
+                          << " input is " << input->getType()
+                          << ", recorded as " << *inType;
+  ArrayRef<int64_t> a = fields.drop_front(4);
+  auto need = [&](size_t n) -> LogicalResult {
+    if (a.size() == n)
+      return success();
+    return tooShort(4 + n);
+  };
+  Value in = *input;
+  RankedTensorType out = *outType;
+  int ints = loadplan_python::kRecordOpInts[code];
+  if (ints == loadplan_python::kRankPlusOne)
+    ints = 1 + static_cast<int>(out.getRank());
+  if (ints != loadplan_python::kAnyInts && failed(need(ints)))
+    return failure();
+  Value result;
+  switch (op) {
+  case RecordOp::slice:
+    // A slice of a whole dim (a TP narrow on one rank, say) is its input,
+    // as fold-views would find: no op to make, fold and destroy.
+    if (out == *inType && a[0] >= 0 && a[0] < out.getRank() && a[1] == 0 &&
+        a[3] == 1 && a[2] >= out.getDimSize(a[0]))
+      result = in;
+    else
+      result = SliceOp::create(b, loc, out, in, i64(a[0]), i64(a[1]), i64(a[2]),
+                               i64(a[3]));
+    break;
+  case RecordOp::select:
+    result = SelectOp::create(b, loc, out, in, i64(a[0]), i64(a[1]));
+    break;
+  case RecordOp::transpose:
+    result = TransposeOp::create(b, loc, out, in, i64(a[0]), i64(a[1]));
+    break;
+  case RecordOp::flatten:
+    result = FlattenOp::create(b, loc, out, in, i64(a[0]), i64(a[1]));
+    break;
+  case RecordOp::unsqueeze:
+    result = UnsqueezeOp::create(b, loc, out, in, i64(a[0]));
+    break;
+  case RecordOp::unflatten:
+    result = UnflattenOp::create(b, loc, out, in, i64(a[0]));
+    break;
+  case RecordOp::permute:
+    result = PermuteOp::create(b, loc, out, in, b.getDenseI64ArrayAttr(a));
+    break;
+  case RecordOp::squeeze:
+    result = SqueezeOp::create(b, loc, out, in, b.getDenseI64ArrayAttr(a));
+    break;
+  case RecordOp::as_strided: {
+    auto layout =
+        LayoutAttr::getChecked([&] { return emitError(loc); }, b.getContext(),
+                               a[0], out.getShape(), a.drop_front());
+    if (!layout)
+      return failure();
+    result = AsStridedOp::create(b, loc, out, in, layout);
+    break;
+  }
+  case RecordOp::view:
+  case RecordOp::reshape:
+  case RecordOp::expand:
+  case RecordOp::convert:
+  case RecordOp::alias:
+  case RecordOp::clone: {
+    // No attributes: made from the op's name, which the table spells.
+    std::optional<OperationName> &name = opNames[code];
+    if (!name)
+      name.emplace((Twine("loadplan.") + kRecordOpNames[code]).str(),
+                   b.getContext());
+    OperationState state(loc, *name, ValueRange{in}, TypeRange{out});
+    result = b.create(state)->getResult(0);
+    break;
+  }
+  case RecordOp::copy:
+  case RecordOp::count:
+    llvm_unreachable("handled above");
+  }
+  values.push_back(result);
+  return success();
+}
+
+LogicalResult
+RecordBuilder::buildCheckpoint(const CapturedRecords::Checkpoint &ck) {
+  Location loc = NameLoc::get(b.getStringAttr(ck.name));
+  FailureOr<RankedTensorType> tensorType = type(ck.type, loc);
+  if (failed(tensorType))
+    return failure();
+  auto op = CheckpointOp::create(b, loc, ck.name, *tensorType);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(&op.getBlock());
+  values.assign(1, op.getIncoming());
+  if (ck.begin > ck.end || ck.end > records.ops.size())
+    return emitError(loc) << "captured records: ops out of range";
+  ArrayRef<int64_t> ops(records.ops.data() + ck.begin, ck.end - ck.begin);
+  while (!ops.empty()) {
+    int64_t n = ops.front();
+    if (n < 1 || static_cast<size_t>(n) >= ops.size())
+      return emitError(loc) << "captured records: an op of " << n
+                            << " fields overruns its checkpoint";
+    if (failed(buildOp(ops.slice(1, n), loc)))
+      return failure();
+    ops = ops.drop_front(1 + n);
+  }
+  return success();
+}
+
+LogicalResult RecordBuilder::run() {
+  if (failed(makeTypes()))
+    return failure();
+  for (TargetOp target : module.getOps<TargetOp>())
+    targets.push_back(FlatSymbolRefAttr::get(target.getSymNameAttr()));
+  // The text checkpoints, in order: each built one goes before the next.
+  SmallVector<CheckpointOp> texts =
+      llvm::to_vector(module.getOps<CheckpointOp>());
+  size_t nextText = 0;
+  Block *body = module.getBody();
+  for (const CapturedRecords::Checkpoint &ck : records.checkpoints) {
+    if (ck.type < 0) {
+      if (nextText == texts.size())
+        return emitError(module.getLoc())
+               << "captured records: more text checkpoints named than the "
+                  "text holds";
+      ++nextText;
+      continue;
+    }
+    if (nextText < texts.size())
+      b.setInsertionPoint(texts[nextText]);
+    else
+      b.setInsertionPointToEnd(body);
+    if (failed(buildCheckpoint(ck)))
+      return failure();
+  }
+  if (nextText != texts.size())
+    return emitError(module.getLoc())
+           << "captured records: the text holds " << texts.size()
+           << " checkpoints, the records name " << nextText;
+  return success();
+}
+
+LogicalResult
+loadplan_python::buildRecordedCheckpoints(ModuleOp module,
+                                          const CapturedRecords &records) {
+  return RecordBuilder(module, records).run();
+}

@@ -1,0 +1,24 @@
+//===- RecordBuilder.h - Capture records into a module ----------*- C++ -*-===//
+
+#ifndef LOADPLAN_PYTHON_RECORDBUILDER_H
+#define LOADPLAN_PYTHON_RECORDBUILDER_H
+
+#include "Compile.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Support/LogicalResult.h"
+
+namespace loadplan_python {
+
+/// Puts every checkpoint of `records` into `module` (the parse of
+/// `records.text`) in arrival order: the text ones are already there, the
+/// others are built from their records before the next text one. Each built
+/// op is at its checkpoint's NameLoc. A record that does not fit (an
+/// unknown code, a value or type out of range, a wrong field count) is an
+/// error diagnostic and a failure; the module is then to be dropped.
+mlir::LogicalResult buildRecordedCheckpoints(mlir::ModuleOp module,
+                                             const CapturedRecords &records);
+
+} // namespace loadplan_python
+
+#endif // LOADPLAN_PYTHON_RECORDBUILDER_H

@@ -1,0 +1,174 @@
+"""The capture's records: the view ops and copies a loader made, compiled
+by building the module in memory (``_native.compile_records``) instead of
+parsing IR text. Every plan_loads in the tests is also checked against the
+text (conftest.py); these tests check the records themselves and what the
+builder says of bad ones."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import loadplan
+from loadplan import ParamMeta, _ir, _native
+from loadplan.capture import capture
+from loadplan.planning import compile_capture, compile_ir
+
+BF16, F32 = torch.bfloat16, torch.float32
+
+
+def every_view(m, name, w):
+    """One of each recorded op on the way to m.p (a 2x3x4 bf16 tensor)."""
+    if name == "a":  # (4, 6): slice, select, unsqueeze, squeeze, expand
+        row = w.narrow(1, 2, 4).select(0, 1).unsqueeze(0).squeeze(0)
+        m.q.copy_(row.expand(3, 4))
+    elif name == "b":  # (24,): view, unflatten, permute, transpose, flatten, reshape
+        v = w.view(2, 12).unflatten(1, (4, 3)).permute(0, 2, 1).transpose(0, 1)
+        m.p.copy_(v.flatten(0, 1).reshape(2, 3, 4))
+    elif name == "c":  # (2, 3, 4) f32: convert, detach (alias), clone
+        m.p.copy_(w.to(BF16).detach().clone())
+    elif name == "d":  # (8,): as_strided
+        m.r.copy_(w.as_strided((2, 2), (1, 2), 1))
+
+
+METAS = (ParamMeta("a", (4, 6), BF16), ParamMeta("b", (24,), BF16),
+         ParamMeta("c", (2, 3, 4), F32), ParamMeta("d", (8,), BF16))
+
+
+def model(loader_model):
+    return loader_model({"p": ((2, 3, 4), BF16), "q": ((3, 4), BF16), "r": ((2, 2), BF16)},
+                        every_view)
+
+
+def test_every_record_op_builds_what_its_text_parses_to(loader_model):
+    captured = capture(model(loader_model), METAS)
+    text, types, checkpoints = captured.records()
+    assert all(c is not None for c in checkpoints), "a name fell back to text"
+    codes = {op[0] for _, _, ops in checkpoints for op in ops}
+    used = {_ir.RECORD_OPS[c] for c in codes}
+    # torch hands flatten, unflatten and reshape to a dispatch mode as views.
+    assert used == set(_ir.RECORD_OPS) - {"flatten", "unflatten", "reshape"}
+    # The text holds the storages and targets only.
+    assert "loadplan.checkpoint" not in text
+    from_records = compile_capture(captured)
+    from_text = compile_ir(captured.ir)
+    assert from_records["plan"] == from_text["plan"]
+    assert from_records["report"].split(";")[0] == from_text["report"].split(";")[0]
+
+
+def _text_of(text: str, types, checkpoints) -> str:
+    """The IR text the records stand for (all built, none text)."""
+    lines = text.rstrip().removesuffix("}").splitlines()
+    for name, t, ops in checkpoints:
+        lines.append(f"  loadplan.checkpoint {_ir.string(name)} : "
+                     f"{_ir._type_text(types[t])} (%w) {{")
+        lines += [f"    {_ir.record_line(op, types)}" for op in ops]
+        lines.append("  }")
+    return "\n".join(lines + ["}"]) + "\n"
+
+
+def test_records_torch_does_not_make_build_as_their_text_parses(loader_model):
+    """flatten, unflatten and reshape records (torch.export's graphs have
+    them; a dispatch mode sees views), against the parse of their text."""
+    captured = capture(model(loader_model), METAS)
+    text, types, checkpoints = captured.records()
+    types = list(types)
+
+    def t(shape):
+        types.append((shape, _ir.dtype_code(BF16)))
+        return len(types) - 1
+
+    code = _ir.OP_CODES
+    b24, b2x12, b2x4x3, b8x3, b2x3x4 = t((24,)), t((2, 12)), t((2, 4, 3)), t((8, 3)), t((2, 3, 4))
+    ops = [
+        (code["view"], 0, -1, b24, b2x12),
+        (code["unflatten"], 1, 0, b2x12, b2x4x3, 1),
+        (code["flatten"], 2, 1, b2x4x3, b8x3, 0, 1),
+        (code["reshape"], 3, 2, b8x3, b2x3x4),
+        (_ir.COPY, 3, b2x3x4, 0, _ir.dtype_code(BF16), 0, 2, 3, 4, 12, 4, 1),
+    ]
+    built = [("b", b24, ops)]
+    from_records = _native.compile_records(text, types, built, print_ir=False, print_json=False)
+    from_text = compile_ir(_text_of(text, types, built), print_json=False)
+    assert from_records["plan"] == from_text["plan"]
+    assert "1 direct" in from_records["report"] or "direct" in from_records["report"]
+
+
+def test_a_name_with_another_op_goes_as_text_in_its_place(loader_model):
+    def load(m, name, w):
+        if name == "sum":
+            m.p.copy_(w + 1)  # an apply: the name is text, and falls back
+        else:
+            getattr(m, name).copy_(w)
+
+    metas = [ParamMeta("x", (4,), BF16), ParamMeta("sum", (4,), BF16),
+             ParamMeta("y", (4,), BF16)]
+    params = {"x": ((4,), BF16), "p": ((4,), BF16), "y": ((4,), BF16)}
+    captured = capture(loader_model(params, load), metas)
+    text, _, checkpoints = captured.records()
+    assert [c if c is None else c[0] for c in checkpoints] == ["x", None, "y"]
+    assert text.count("loadplan.checkpoint") == 1 and '"sum"' in text
+    assert compile_capture(captured)["plan"] == compile_ir(captured.ir)["plan"]
+    plan = loadplan.plan_loads(loader_model(params, load), metas)
+    assert [plan.entries[n].kind for n in ("x", "sum", "y")] == ["direct", "fallback", "direct"]
+
+
+def test_the_ir_text_is_made_only_when_asked_for(loader_model, monkeypatch):
+    from loadplan import planning
+
+    # Without conftest's check, which compiles the text too.
+    monkeypatch.setattr(planning, "compile_capture", planning.compile_capture.__wrapped__)
+    captured = capture(model(loader_model), METAS)
+    assert captured._ir is None
+    plan = loadplan.plan_loads(model(loader_model), METAS)
+    assert plan.capture._ir is None
+    assert 'loadplan.checkpoint "a"' in plan.ir
+    assert "%0 = loadplan.slice %w dim 1 start 2 end 6 step 1" in plan.ir
+
+
+def _records(loader_model):
+    captured = capture(model(loader_model), METAS)
+    text, types, checkpoints = captured.records()
+    return text, list(types), [list(c[:2]) + [list(c[2])] for c in checkpoints]
+
+
+def _refused(text, types, checkpoints, match):
+    with pytest.raises((_native.CompileError, TypeError, ValueError), match=match):
+        _native.compile_records(text, types, checkpoints)
+
+
+def test_bad_records_are_refused_with_a_reason(loader_model):
+    text, types, cks = _records(loader_model)
+    first = cks[0][2][0]
+
+    bad = [list(c) for c in cks]
+    bad[0] = [cks[0][0], cks[0][1], [(99,) + tuple(first[1:])]]
+    _refused(text, types, bad, "unknown op code 99")
+
+    bad[0] = [cks[0][0], cks[0][1], [(first[0], 0, 7) + tuple(first[3:])]]
+    _refused(text, types, bad, "value 7 is not defined before its use")
+
+    bad[0] = [cks[0][0], cks[0][1], [tuple(first[:3]) + (10_000,) + tuple(first[4:])]]
+    _refused(text, types, bad, "type 10000 is not in the table")
+
+    bad[0] = [cks[0][0], cks[0][1], [tuple(first[:5])]]
+    _refused(text, types, bad, "slice has 4 fields, not 8")
+
+    bad[0] = [cks[0][0], cks[0][1], [tuple(first[:5]) + ("one", 0, 4, 1)]]
+    _refused(text, types, bad, "other than a 64-bit int")
+
+    bad[0] = [cks[0][0], cks[0][1], [tuple(first[:5]) + (1 << 70, 0, 4, 1)]]
+    _refused(text, types, bad, "other than a 64-bit int")
+
+    _refused(text, types, cks + [None], "more text checkpoints named than the text holds")
+    _refused(text, types + [((2,), 999)], cks, "no element type for dtype code 999")
+    _refused(text, types, [("a", 0)], "not None or \\(name, type, ops\\)")
+
+
+def test_a_copy_record_must_name_a_declared_target(loader_model):
+    text, types, cks = _records(loader_model)
+    name, type_, ops = cks[3]  # "d": as_strided then copy into r
+    copy = list(ops[-1])
+    copy[3] = 55
+    _refused(text, types, cks[:3] + [[name, type_, ops[:-1] + [tuple(copy)]]],
+             "target 55 is not declared")
