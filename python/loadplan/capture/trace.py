@@ -49,6 +49,8 @@ class Record:
     record (an int tuple, see ``_ir.record_line``) or a line of IR text.
     ``text`` says whether any is text."""
 
+    __slots__ = ("name", "shape", "dtype", "lines", "text", "_next")
+
     def __init__(self, name: str, shape: tuple[int, ...], dtype: torch.dtype):
         self.name = name
         self.shape = shape
