@@ -152,7 +152,9 @@ def _rendezvous(kind: str, rank: int, world: int, tmp: str, port: int) -> dict:
 
     import torch.distributed as dist
 
-    timeout = datetime.timedelta(seconds=30)
+    # The ranks start at once and each imports torch first: on a busy
+    # machine the last can reach the store long after the first.
+    timeout = datetime.timedelta(seconds=RANK_TIMEOUT)
     os.makedirs(tmp, exist_ok=True)
     if kind == "file_store":
         return {"store": dist.FileStore(f"{tmp}/store", world)}
