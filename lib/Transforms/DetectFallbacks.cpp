@@ -94,15 +94,17 @@ void DetectFallbacksPass::runOnOperation() {
   ModuleOp module = getOperation();
   SymbolTable symbols(module);
 
+  // Names by their index in arrival order, which `states` shares.
   SmallVector<CheckpointOp> checkpoints;
-  llvm::StringMap<CheckpointOp> byName;
+  llvm::StringMap<size_t> byName;
   bool failedNames = false;
   for (auto checkpoint : module.getOps<CheckpointOp>()) {
-    auto [it, inserted] = byName.try_emplace(checkpoint.getName(), checkpoint);
+    auto [it, inserted] =
+        byName.try_emplace(checkpoint.getName(), checkpoints.size());
     if (!inserted) {
       checkpoint.emitError() << "checkpoint '" << checkpoint.getName()
                              << "' is declared twice";
-      it->second.emitRemark() << "first declared here";
+      checkpoints[it->second].emitRemark() << "first declared here";
       failedNames = true;
     }
     checkpoints.push_back(checkpoint);
@@ -110,10 +112,9 @@ void DetectFallbacksPass::runOnOperation() {
   if (failedNames)
     return signalPassFailure();
 
-  llvm::DenseMap<Operation *, NameState> states;
-  auto mark = [&](CheckpointOp c, StringRef reason, bool stop,
-                  bool fromEvent) {
-    NameState &s = states[c];
+  std::vector<NameState> states(checkpoints.size());
+  auto mark = [&](size_t name, StringRef reason, bool stop, bool fromEvent) {
+    NameState &s = states[name];
     if (s.stop)
       return;
     if (stop || !s.hasReason || (fromEvent && !s.fromEvent)) {
@@ -124,29 +125,26 @@ void DetectFallbacksPass::runOnOperation() {
     }
   };
   // The name that last wrote each storage, in arrival order.
-  llvm::DenseMap<StringAttr, CheckpointOp> lastWriter;
+  llvm::DenseMap<StringAttr, size_t> lastWriter;
   auto storageOf = [&](FlatSymbolRefAttr target) -> StringAttr {
     auto t = symbols.lookup<TargetOp>(target.getAttr());
     return t ? t.getStorageAttr().getAttr() : StringAttr();
   };
 
-  for (CheckpointOp checkpoint : checkpoints) {
-    NameState &self = states[checkpoint];
-    (void)self;
+  for (auto [index, checkpoint] : llvm::enumerate(checkpoints)) {
     for (Operation &op : checkpoint.getBlock()) {
       if (auto copy = dyn_cast<CopyOp>(op)) {
-        states[checkpoint].wrote = true;
-        lastWriter[storageOf(copy.getTargetAttr())] = checkpoint;
+        states[index].wrote = true;
+        lastWriter[storageOf(copy.getTargetAttr())] = index;
       } else if (auto write = dyn_cast<WriteOp>(op)) {
-        states[checkpoint].wrote = true;
-        lastWriter[storageOf(write.getTargetAttr())] = checkpoint;
+        states[index].wrote = true;
+        lastWriter[storageOf(write.getTargetAttr())] = index;
       } else if (isa<InplaceWriteOp, WriteOtherOp>(op)) {
-        states[checkpoint].wrote = true;
+        states[index].wrote = true;
       }
       if (auto read = dyn_cast<ReadTargetOp>(op)) {
         auto it = lastWriter.find(storageOf(read.getTargetAttr()));
-        CheckpointOp blamed =
-            it != lastWriter.end() ? it->second : checkpoint;
+        size_t blamed = it != lastWriter.end() ? it->second : index;
         mark(blamed,
              ("its loader reads the destination (" + read.getOp() + ")").str(),
              /*stop=*/false, /*fromEvent=*/true);
@@ -159,7 +157,7 @@ void DetectFallbacksPass::runOnOperation() {
       // A fallback op that does not stop is a refused copy (or an earlier
       // run's reason, or an overlap): it ranks below tracing events.
       bool fromEvent = !isa<FallbackOp>(op);
-      mark(checkpoint, *reason, stop, fromEvent);
+      mark(index, *reason, stop, fromEvent);
       if (auto apply = dyn_cast<ApplyOp>(op))
         if (ArrayAttr names = apply.getNamesAttr())
           for (auto name : names.getAsValueRange<StringAttr>()) {
@@ -175,8 +173,7 @@ void DetectFallbacksPass::runOnOperation() {
   }
 
   bool lonely = false;
-  for (CheckpointOp checkpoint : checkpoints) {
-    NameState &s = states[checkpoint];
+  for (auto [checkpoint, s] : llvm::zip_equal(checkpoints, states)) {
     if (s.hasReason && !s.stop && !s.wrote) {
       checkpoint.emitError()
           << "fallback name '" << checkpoint.getName()
@@ -190,8 +187,7 @@ void DetectFallbacksPass::runOnOperation() {
   if (lonely)
     return signalPassFailure();
 
-  for (CheckpointOp checkpoint : checkpoints) {
-    NameState &s = states[checkpoint];
+  for (auto [checkpoint, s] : llvm::zip_equal(checkpoints, states)) {
     Block &block = checkpoint.getBlock();
     for (Operation &op : llvm::make_early_inc_range(block)) {
       // Events are now reasons; a stopped loader's writes never happen.
