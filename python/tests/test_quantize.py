@@ -18,10 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from loadplan.transfer import fp8_block_scales, quantize_blocks, quantized_metadata
+from loadplan.transfer import fp8_block_scales, free_port, quantize_blocks, quantized_metadata
 from loadplan.transfer.quantize import plan_quantized
 
-from ports import free_port
 from test_transfer import _mismatch, _rendezvous, launch_ranks
 
 FP8 = torch.float8_e4m3fn

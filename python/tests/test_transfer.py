@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from ports import free_port
+from loadplan.transfer import free_port
 
 TESTS = Path(__file__).resolve().parent
 RANK_TIMEOUT = 120.0  # seconds a launch may take, all ranks together
@@ -47,6 +48,17 @@ SCENARIOS: dict[str, dict] = {
                           rendezvous="tcp_store"),
 }
 
+
+
+def test_free_ports_are_below_the_ephemeral_range_and_differ():
+    from loadplan.transfer.rendezvous import _ephemeral_range
+
+    lo, _ = _ephemeral_range()
+    ports = [free_port() for _ in range(20)]
+    assert len(set(ports)) == 20
+    assert all(1024 <= p < lo for p in ports)
+    with socket.socket() as s:  # free when handed out
+        s.bind(("127.0.0.1", ports[-1]))
 
 # One launch runs several scenarios on the same processes (a process's
 # start, torch's import and its first plan cost seconds each on a busy

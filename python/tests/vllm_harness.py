@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ports import free_port
+from loadplan.transfer import free_port
 
 HERE = Path(__file__).resolve().parent
 

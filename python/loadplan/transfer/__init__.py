@@ -26,7 +26,8 @@ runtime's (runtime/include/loadplan/transfer.h), bound in
 ``loadplan._native`` beside the plans. See docs/transfers.md.
 
 The package: schedule.py (schedules and the runtime's engine and backend
-names), rendezvous.py (how ranks meet), endpoints.py (Sender, Receiver),
+names), rendezvous.py (how ranks meet, and ``free_port`` for a store),
+endpoints.py (Sender, Receiver),
 quantize.py (fp8 block quantization on the sender, for fp8 engines fed by
 bf16 trainers).
 ``loadplan schedule show FILE`` prints a schedule file.
@@ -34,6 +35,7 @@ bf16 trainers).
 
 from .endpoints import Receiver, Sender, TransferStats
 from .quantize import fp8_block_scales, quantize_blocks, quantized_metadata
+from .rendezvous import free_port
 from .schedule import (
     BACKENDS,
     DEFAULT_STAGING_CAP,
@@ -57,6 +59,7 @@ __all__ = [
     "TransferStats",
     "backend_available",
     "fp8_block_scales",
+    "free_port",
     "quantize_blocks",
     "quantized_metadata",
     "shard_box",

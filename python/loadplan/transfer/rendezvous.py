@@ -8,11 +8,54 @@ import datetime
 import itertools
 import logging
 import os
+import random
+import socket
+from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger("loadplan")
 
 _SEQUENCE: dict[tuple[str, int], itertools.count] = {}
+_PORTS_GIVEN: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that is free now, for a store to listen on
+    (a trainer's ``master_port``, say).
+
+    A port from ``bind((host, 0))`` comes from the kernel's ephemeral
+    range, where every outgoing connection and every Gloo pair also takes
+    its local port: picked, closed and bound again by a store seconds
+    later, it may be taken meanwhile (``EADDRINUSE``). This one comes from
+    below that range, where nothing is handed out without asking for it by
+    number, and is not given out twice by one process.
+
+    Raises:
+        RuntimeError: no port there is free.
+    """
+    lo, hi = _ephemeral_range()
+    ports = range(max(1024, lo - 12288), lo) if lo - 1024 >= 4096 else range(hi + 1, 65536)
+    rng = random.SystemRandom()
+    for _ in range(500):
+        port = rng.choice(ports)
+        if port in _PORTS_GIVEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _PORTS_GIVEN.add(port)
+        return port
+    raise RuntimeError(f"load plan: no free port in {ports.start}..{ports.stop - 1} on {host}")
 
 
 class Rendezvous:
