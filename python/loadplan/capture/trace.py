@@ -1,5 +1,6 @@
 """Traces: the data-free stand-ins for incoming checkpoint tensors, and the
-sink that records what a loader does with them as loadplan IR lines."""
+sink that records what a loader does with them as loadplan IR (records for
+the view ops and copies, lines of text for the rest)."""
 
 from __future__ import annotations
 
