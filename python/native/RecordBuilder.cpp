@@ -248,11 +248,12 @@ LogicalResult RecordBuilder::buildOp(ArrayRef<int64_t> entry, Location loc) {
 
 LogicalResult
 RecordBuilder::buildCheckpoint(const CapturedRecords::Checkpoint &ck) {
-  Location loc = NameLoc::get(b.getStringAttr(ck.name));
+  StringAttr name = b.getStringAttr(ck.name);
+  Location loc = NameLoc::get(name);
   FailureOr<RankedTensorType> tensorType = type(ck.type, loc);
   if (failed(tensorType))
     return failure();
-  auto op = CheckpointOp::create(b, loc, ck.name, *tensorType);
+  auto op = CheckpointOp::create(b, loc, name, *tensorType);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(&op.getBlock());
   values.assign(1, op.getIncoming());

@@ -183,9 +183,14 @@ LogicalResult TargetOp::verifySymbolUses(SymbolTableCollection &symbols) {
 
 void CheckpointOp::build(OpBuilder &builder, OperationState &state,
                          StringRef name, RankedTensorType type) {
+  build(builder, state, builder.getStringAttr(name), type);
+}
+
+void CheckpointOp::build(OpBuilder &builder, OperationState &state,
+                         StringAttr name, RankedTensorType type) {
   // As properties: attributes would go through a DictionaryAttr first.
   Properties &props = state.getOrAddProperties<Properties>();
-  props.name = builder.getStringAttr(name);
+  props.name = name;
   props.type = TypeAttr::get(type);
   Region *body = state.addRegion();
   Block *block = new Block();
