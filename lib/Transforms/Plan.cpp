@@ -24,14 +24,22 @@ using ::loadplan_format::planReport;
 
 DtypeCodes::DtypeCodes(MLIRContext *context) {
 #define LOADPLAN_DTYPE_CODE_(e, code, name, bytes, mlir)                       \
-  if (Type type = parseType(mlir, context))                                    \
-    codes.try_emplace(type, code);
+  if (Type type = parseType(mlir, context)) {                                  \
+    codes.try_emplace(type, code);                                             \
+    if (types.size() <= code)                                                  \
+      types.resize(code + 1);                                                  \
+    types[code] = type;                                                        \
+  }
   LOADPLAN_DTYPES(LOADPLAN_DTYPE_CODE_)
 #undef LOADPLAN_DTYPE_CODE_
 }
 
 uint32_t DtypeCodes::lookup(Type type) const {
   return codes.lookup_or(type, LOADPLAN_DTYPE_INVALID);
+}
+
+Type DtypeCodes::type(uint32_t code) const {
+  return code < types.size() ? types[code] : Type();
 }
 
 StringRef loadplan::getKindName(loadplan_entry_kind_t kind) {

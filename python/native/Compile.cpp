@@ -98,7 +98,6 @@ static void compileModule(MLIRContext &context, ModuleOp module,
   }
 
   FailureOr<loadplan::Plan> plan = loadplan::buildPlan(module);
-
   if (failed(plan)) {
     if (result.errors.empty())
       result.errors.push_back("cannot read the plan off the compiled IR");

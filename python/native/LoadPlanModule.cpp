@@ -167,7 +167,6 @@ NB_MODULE(_native, m) {
                const std::string &sourceName, bool printIR, bool printJson) {
         loadplan_python::CapturedRecords records =
             readRecords(std::move(text), types, checkpoints);
-
         loadplan_python::CompileResult r;
         {
           nb::gil_scoped_release release;

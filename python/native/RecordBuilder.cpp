@@ -10,9 +10,8 @@
 
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanAttrs.h"
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanOps.h"
-#include "loadplan/plan_format.h"
+#include "loadplan/Transforms/Plan.h"
 
-#include "mlir/AsmParser/AsmParser.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 
@@ -33,7 +32,8 @@ namespace {
 class RecordBuilder {
 public:
   RecordBuilder(ModuleOp module, const CapturedRecords &records)
-      : module(module), records(records), b(module.getContext()) {}
+      : module(module), records(records), b(module.getContext()),
+        dtypes(module.getContext()) {}
 
   LogicalResult run();
 
@@ -48,9 +48,8 @@ private:
   ModuleOp module;
   const CapturedRecords &records;
   OpBuilder b;
+  loadplan::DtypeCodes dtypes;
   SmallVector<RankedTensorType> types;
-  /// Element types by dtype code, made on first use.
-  SmallVector<Type> elements;
   /// The values of the block being built; [0] is the incoming tensor.
   SmallVector<Value> values;
   SmallVector<FlatSymbolRefAttr> targets;
@@ -63,16 +62,7 @@ private:
 Type RecordBuilder::element(int64_t dtype) {
   if (dtype < 0 || dtype > UINT32_MAX)
     return {};
-  if (static_cast<size_t>(dtype) >= elements.size())
-    elements.resize(dtype + 1);
-  Type &element = elements[dtype];
-  if (!element) {
-    const char *spelling =
-        loadplan_dtype_mlir_type(static_cast<uint32_t>(dtype));
-    if (*spelling)
-      element = parseType(spelling, module.getContext());
-  }
-  return element;
+  return dtypes.type(static_cast<uint32_t>(dtype));
 }
 
 LogicalResult RecordBuilder::makeTypes() {

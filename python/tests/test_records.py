@@ -162,6 +162,9 @@ def test_bad_records_are_refused_with_a_reason(loader_model):
 
     _refused(text, types, cks + [None], "more text checkpoints named than the text holds")
     _refused(text, types + [((2,), 999)], cks, "no element type for dtype code 999")
+    # The largest code a record may carry: refused without a table that big.
+    _refused(text, types + [((2,), 2**32 - 1)], cks,
+             "no element type for dtype code 4294967295")
     _refused(text, types, [("a", 0)], "not None or \\(name, type, ops\\)")
 
 

@@ -29,16 +29,20 @@ using PlanEntry = ::loadplan_format::PlanEntry;
 using PlanTarget = ::loadplan_format::PlanTarget;
 using PlanWrite = ::loadplan_format::PlanWrite;
 
-/// The plan's dtype codes of MLIR element types, from plan_format.h's table
-/// (LOADPLAN_DTYPES), for one context.
+/// The plan's dtype codes of MLIR element types and back, from
+/// plan_format.h's table (LOADPLAN_DTYPES), for one context.
 class DtypeCodes {
 public:
   explicit DtypeCodes(MLIRContext *context);
   /// The code of `type`, or LOADPLAN_DTYPE_INVALID.
   uint32_t lookup(Type type) const;
+  /// The element type of `code`, or null for a code the table lacks.
+  Type type(uint32_t code) const;
 
 private:
   llvm::DenseMap<Type, uint32_t> codes;
+  /// By code (the table's codes are small and dense).
+  SmallVector<Type> types;
 };
 /// The name of a kind: direct, fallback or unneeded.
 StringRef getKindName(loadplan_entry_kind_t kind);
