@@ -108,14 +108,11 @@ RECORD_OPS: tuple[str, ...] = tuple(_native.RECORD_OPS)
 OP_CODES: dict[str, int] = {name: code for code, name in enumerate(RECORD_OPS)}
 COPY = OP_CODES["copy"]
 _SAME_TYPE = {OP_CODES["alias"], OP_CODES["clone"]}
-_CODE_ELEMENT_TYPES: dict[int, str] = {
-    code: _native.dtype_mlir_type(code) for code in _runtime.DTYPE_CODES.values()
-}
 
 
 def _type_text(t: tuple[tuple[int, ...], int]) -> str:
     shape, code = t
-    return f"tensor<{''.join(f'{n}x' for n in shape)}{_CODE_ELEMENT_TYPES[code]}>"
+    return tensor_type(shape, _runtime.DTYPES[code])
 
 
 def _attrs(op: str, a: tuple[int, ...], out_shape: tuple[int, ...]) -> str:
@@ -145,7 +142,7 @@ def record_line(entry: tuple[int, ...], types: list[tuple[tuple[int, ...], int]]
         return (
             f"loadplan.copy {value_name(src)} to @t{target} "
             f"{layout(offset, dims[:rank], dims[rank:])} "
-            f"as {_CODE_ELEMENT_TYPES[dtype]} : {_type_text(types[src_type])}"
+            f"as {element_type(_runtime.DTYPES[dtype])} : {_type_text(types[src_type])}"
         )
     op = RECORD_OPS[code]
     _, result, src, in_type, out_type, *a = entry

@@ -53,10 +53,7 @@ def compile_ir(ir: str, source_name: str = "<captured>", print_ir: bool = False,
     Raises:
         PlanError: the IR does not compile; the message is the compiler's.
     """
-    try:
-        return _native.compile(ir, source_name, print_ir, print_json)
-    except _native.CompileError as e:
-        raise PlanError(f"load plan: {e}", list(getattr(e, "diagnostics", []))) from None
+    return _compiled(_native.compile, ir, source_name, print_ir, print_json)
 
 
 def compile_capture(captured: Capture, source_name: str = "<captured>",
@@ -65,10 +62,14 @@ def compile_capture(captured: Capture, source_name: str = "<captured>",
     text, but from its records: the module is built in memory, and only
     the storages, the targets and the names with an op that is not a record
     are text. Returns and raises what ``compile_ir`` does."""
-    text, types, checkpoints = captured.records()
+    return _compiled(_native.compile_records, *captured.records(), source_name, print_ir,
+                     print_json)
+
+
+def _compiled(compile_fn, *args) -> dict:
+    """``compile_fn(*args)``, its CompileError as a PlanError."""
     try:
-        return _native.compile_records(text, types, checkpoints, source_name, print_ir,
-                                       print_json)
+        return compile_fn(*args)
     except _native.CompileError as e:
         raise PlanError(f"load plan: {e}", list(getattr(e, "diagnostics", []))) from None
 
@@ -109,18 +110,15 @@ def plan_loads(
     if paths:
         paths["captured"].write_text(captured.ir)
         logger.info("load plan: captured IR in %s", paths["captured"])
-    source = str(paths["captured"]) if paths else "<captured>"
-    if paths:
         # From the dumped text, so that diagnostics cite its lines.
-        out = compile_ir(captured.ir, source, print_ir=True, print_json=True)
-    else:
-        out = compile_capture(captured, source, print_json=False)
-    if paths:
+        out = compile_ir(captured.ir, str(paths["captured"]), print_ir=True, print_json=True)
         paths["compiled"].write_text(out["ir"])
         paths["json"].write_text(out["json"])
         logger.info(
             "load plan: compiled IR in %s, plan in %s", paths["compiled"], paths["json"]
         )
+    else:
+        out = compile_capture(captured, print_json=False)
     for remark in out["remarks"]:
         logger.debug("load plan: %s", remark)
 

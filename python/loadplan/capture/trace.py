@@ -576,30 +576,33 @@ class Sink:
         lines.append("  }")
         return lines
 
-    def ir(self, title: str) -> str:
-        """The whole capture as IR text."""
+    def _module(self, title: str, blocks: list[list[str]]) -> str:
+        """A module of the storages, the targets and ``blocks``."""
         lines = [f"// {title}", "module {"]
         lines += [f"  {line}" for line in self.targets.ir()]
-        for name, meta in self.metas.items():
-            lines += self._block(name, self.records.get(name), meta)
+        for block in blocks:
+            lines += block
         lines.append("}")
         return "\n".join(lines) + "\n"
+
+    def ir(self, title: str) -> str:
+        """The whole capture as IR text."""
+        return self._module(title, [self._block(name, self.records.get(name), meta)
+                                    for name, meta in self.metas.items()])
 
     def records_for_compiler(self, title: str) -> tuple[str, list, list]:
         """What ``_native.compile_records`` takes: the text of the storages,
         the targets and every checkpoint with a text line; the type table;
         and per name in arrival order ``(name, type, records)``, or None for
         the next checkpoint of the text."""
-        lines = [f"// {title}", "module {"]
-        lines += [f"  {line}" for line in self.targets.ir()]
+        blocks: list[list[str]] = []
         checkpoints: list[tuple | None] = []
         for name, meta in self.metas.items():
             record = self.records.get(name)
             if record is not None and record.text:
-                lines += self._block(name, record, meta)
+                blocks.append(self._block(name, record, meta))
                 checkpoints.append(None)
             else:
                 ops = record.lines if record is not None else ()
                 checkpoints.append((name, self.type_id(tuple(meta.shape), meta.dtype), ops))
-        lines.append("}")
-        return "\n".join(lines) + "\n", self.types, checkpoints
+        return self._module(title, blocks), self.types, checkpoints
