@@ -13,7 +13,6 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 namespace mlir {
@@ -94,13 +93,14 @@ void DetectFallbacksPass::runOnOperation() {
   ModuleOp module = getOperation();
   SymbolTable symbols(module);
 
-  // Names by their index in arrival order, which `states` shares.
+  // Names by their index in arrival order, which `states` shares. Keyed by
+  // the uniqued attribute: equal names are one StringAttr.
   SmallVector<CheckpointOp> checkpoints;
-  llvm::StringMap<size_t> byName;
+  llvm::DenseMap<StringAttr, size_t> byName;
   bool failedNames = false;
   for (auto checkpoint : module.getOps<CheckpointOp>()) {
     auto [it, inserted] =
-        byName.try_emplace(checkpoint.getName(), checkpoints.size());
+        byName.try_emplace(checkpoint.getNameAttr(), checkpoints.size());
     if (!inserted) {
       checkpoint.emitError() << "checkpoint '" << checkpoint.getName()
                              << "' is declared twice";
@@ -160,10 +160,10 @@ void DetectFallbacksPass::runOnOperation() {
       mark(index, *reason, stop, fromEvent);
       if (auto apply = dyn_cast<ApplyOp>(op))
         if (ArrayAttr names = apply.getNamesAttr())
-          for (auto name : names.getAsValueRange<StringAttr>()) {
+          for (auto name : names.getAsRange<StringAttr>()) {
             auto other = byName.find(name);
             if (other == byName.end()) {
-              apply.emitError() << "names checkpoint '" << name
+              apply.emitError() << "names checkpoint '" << name.getValue()
                                 << "', which is not declared";
               return signalPassFailure();
             }
