@@ -5,9 +5,25 @@
 
 using namespace loadplan_format;
 
+namespace {
+/// Counts the bytes a ByteWriter would append, so that a file is allocated
+/// once at its size: a plan runs to tens of MB, and growing a string that
+/// large copies and faults in each larger buffer in turn.
+struct ByteCounter {
+  size_t size = 0;
+  void u8(uint8_t) { size += 1; }
+  void u32(uint32_t) { size += 4; }
+  void u64(uint64_t) { size += 8; }
+  void i64(int64_t) { size += 8; }
+  void str(std::string_view s) { size += 4 + s.size(); }
+  void i64s(const std::vector<int64_t> &values) { size += 8 * values.size(); }
+};
+} // namespace
+
 /// Appends the payload of `plan`, field by field as plan_format.h lays it
-/// out.
-static void writePayload(const Plan &plan, ByteWriter &p) {
+/// out (or counts its bytes, with a ByteCounter).
+template <typename Writer>
+static void writePayload(const Plan &plan, Writer &p) {
   p.u32(static_cast<uint32_t>(plan.storageSizes.size()));
   for (uint64_t size : plan.storageSizes)
     p.u64(size);
@@ -51,8 +67,16 @@ static void writePayload(const Plan &plan, ByteWriter &p) {
   }
 }
 
+/// The payload's size in bytes.
+static size_t payloadSize(const Plan &plan) {
+  ByteCounter counter;
+  writePayload(plan, counter);
+  return counter.size;
+}
+
 std::string loadplan_format::encodePlan(const Plan &plan) {
   ByteWriter file = startFile();
+  file.bytes.reserve(file.bytes.size() + payloadSize(plan));
   writePayload(plan, file);
   writeHeader(file, LOADPLAN_PLAN_MAGIC, LOADPLAN_PLAN_VERSION,
               layoutFingerprint(plan.targets));
@@ -61,6 +85,7 @@ std::string loadplan_format::encodePlan(const Plan &plan) {
 
 std::string loadplan_format::encodePlanPayload(const Plan &plan) {
   ByteWriter payload;
+  payload.bytes.reserve(payloadSize(plan));
   writePayload(plan, payload);
   return std::move(payload.bytes);
 }
