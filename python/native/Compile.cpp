@@ -15,6 +15,9 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <mutex>
+#include <pthread.h>
+
 using namespace mlir;
 
 /// "file:line:col: severity: message", then its notes, as mlir-opt prints.
@@ -53,6 +56,56 @@ static std::string formatDiagnostic(Diagnostic &diag) {
 }
 
 namespace {
+/// A compiled module and its context, freed together: the module first (the
+/// members go in reverse order).
+struct Compiled {
+  std::unique_ptr<MLIRContext> context;
+  OwningOpRef<ModuleOp> module;
+};
+
+/// Frees compiled modules on a thread of their own, so that a compile
+/// returns once its plan is made: at 50,000 names, erasing the module's
+/// ops and the context's attributes is a twentieth of the compile. One
+/// module at a time is being freed; the next waits for it, so no more than
+/// two are held at once. The process waits for the last one at exit.
+class Reaper {
+public:
+  void free(Compiled doomed) {
+    std::lock_guard<std::mutex> lock(mutex);
+    join();
+    auto *held = new Compiled(std::move(doomed));
+    // pthreads, not std::thread: this file builds without exceptions, and
+    // a thread that cannot start is no error here.
+    if (pthread_create(&worker, nullptr, &Reaper::run, held) == 0)
+      running = true;
+    else
+      delete held;
+  }
+  ~Reaper() { join(); }
+
+private:
+  static void *run(void *held) {
+    delete static_cast<Compiled *>(held);
+    return nullptr;
+  }
+  void join() {
+    if (running)
+      pthread_join(worker, nullptr);
+    running = false;
+  }
+
+  std::mutex mutex;
+  pthread_t worker{};
+  bool running = false;
+};
+
+Reaper &reaper() {
+  static Reaper r;
+  return r;
+}
+} // namespace
+
+namespace {
 /// One compilation's context, with its diagnostics collected into `result`.
 struct Session {
   DialectRegistry registry;
@@ -77,8 +130,16 @@ struct Session {
           return success();
         });
   }
+
+  /// Hands the context and `module` to the reaper once the result is made:
+  /// nothing reports into it after this.
+  void release(OwningOpRef<ModuleOp> module) {
+    handler.reset();
+    reaper().free(Compiled{std::move(context), std::move(module)});
+  }
 };
 } // namespace
+
 
 /// Runs the pipeline on a verified module and reads the plan off it.
 static void compileModule(MLIRContext &context, ModuleOp module,
@@ -132,6 +193,7 @@ loadplan_python::compile(const std::string &ir, const std::string &sourceName,
     return result;
   }
   compileModule(*session.context, *module, result, printIR, printJson);
+  session.release(std::move(module));
   return result;
 }
 
@@ -159,6 +221,7 @@ loadplan_python::compileRecords(const CapturedRecords &records,
     return result;
   }
   compileModule(context, *module, result, printIR, printJson);
+  session.release(std::move(module));
   return result;
 }
 
