@@ -45,7 +45,8 @@ PyObject *recordSequence(PyObject *item, const char *what) {
 
 /// The Python side of compile_records' arguments, read into plain C++ (the
 /// compile then runs without the GIL). Reads through CPython's own macros:
-/// at 50,000 names this is a million ints.
+/// at 50,000 names this is a million ints. The names stay the strs' own
+/// bytes: `checkpoints` holds them through the call.
 loadplan_python::CapturedRecords readRecords(std::string text,
                                              nb::handle types,
                                              nb::handle checkpoints) {
@@ -90,7 +91,7 @@ loadplan_python::CapturedRecords readRecords(std::string text,
         PyUnicode_AsUTF8AndSize(PySequence_Fast_GET_ITEM(item, 0), &size);
     if (!name)
       throw nb::python_error();
-    ck.name.assign(name, size);
+    ck.name = std::string_view(name, size);
     ck.type = recordInt(PySequence_Fast_GET_ITEM(item, 1), "a checkpoint type");
     if (ck.type < 0)
       throw nb::value_error("loadplan._native.compile_records: a checkpoint "
