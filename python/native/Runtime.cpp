@@ -357,10 +357,11 @@ public:
         return nb::none(); // sent twice
       seen[index] = generation;
       const EntryInfo &e = entries[index];
-      // A fallback's bytes go to load_weights: not a meta tensor. (A direct
-      // one must be on the binding's device, which tensorData checks.)
+      // A fallback's tensor goes to load_weights: strided, not a meta
+      // tensor. (A direct one's bytes are read on the binding's device,
+      // which tensorData checks.)
       if (!tensorMatches(t, e.dtype, e.shape.data(), e.shape.size(),
-                         /*notMeta=*/e.kind == LOADPLAN_KIND_FALLBACK))
+                         /*forLoader=*/e.kind != LOADPLAN_KIND_DIRECT))
         return nb::none();
       if (e.kind == LOADPLAN_KIND_FALLBACK) {
         fallbacks.append(nb::handle(item));

@@ -102,7 +102,7 @@ bool fail() {
 } // namespace
 
 bool loadplan_python::tensorMatches(PyObject *t, uint32_t dtype, const int64_t *shape,
-                                    size_t rank, bool notMeta) {
+                                    size_t rank, bool forLoader) {
   const TorchTypes &torch = torchTypes();
   if (!torch.tensorType.is_valid())
     return false;
@@ -110,21 +110,20 @@ bool loadplan_python::tensorMatches(PyObject *t, uint32_t dtype, const int64_t *
   if (!PyObject_TypeCheck(t, tensorType))
     return false;
   getters().resolve(tensorType);
-  nb::object d = property(t, kDtype), s = property(t, kShape),
-             layout = property(t, kLayout);
-  if (!d.is_valid() || !s.is_valid() || !layout.is_valid())
+  nb::object d = property(t, kDtype), s = property(t, kShape);
+  if (!d.is_valid() || !s.is_valid())
     return fail();
   auto code = torch.dtypeCodes.find(d.ptr());
-  if (code == torch.dtypeCodes.end() || code->second != dtype ||
-      layout.ptr() != torch.strided.ptr() || !PyTuple_Check(s.ptr()) ||
+  if (code == torch.dtypeCodes.end() || code->second != dtype || !PyTuple_Check(s.ptr()) ||
       PyTuple_GET_SIZE(s.ptr()) != static_cast<Py_ssize_t>(rank))
     return false;
   for (size_t k = 0; k < rank; ++k)
     if (PyLong_AsLongLong(PyTuple_GET_ITEM(s.ptr(), k)) != shape[k])
       return fail();
-  if (notMeta) {
-    nb::object meta = property(t, kIsMeta);
-    if (!meta.is_valid() || meta.ptr() != Py_False)
+  if (forLoader) {
+    nb::object layout = property(t, kLayout), meta = property(t, kIsMeta);
+    if (!layout.is_valid() || layout.ptr() != torch.strided.ptr() || !meta.is_valid() ||
+        meta.ptr() != Py_False)
       return fail();
   }
   return true;

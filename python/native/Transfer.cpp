@@ -274,7 +274,7 @@ public:
         PyErr_Clear();
         return false;
       }
-      if (!tensorMatches(t, dtypes[i], shapes[i].data(), shapes[i].size(), /*notMeta=*/false))
+      if (!tensorMatches(t, dtypes[i], shapes[i].data(), shapes[i].size(), /*forLoader=*/false))
         return false;
       const void *data = tensorData(t, deviceType, deviceIndex, keep);
       if (!data)

@@ -183,6 +183,26 @@ def sparse_tensor(p: Planned) -> Case:
                 f"load plan: {name!r} is a torch.sparse_coo tensor, not a dense (strided) one")
 
 
+def meta_tensor_unneeded(p: Planned) -> Case:
+    """A name this rank needs nothing of is still checked for data: the
+    trainer sent a tensor that no rank can load."""
+    kinds = {e.kind for e in p.plan.entries.values()}
+    name = p.name("unneeded" if "unneeded" in kinds else "direct")
+    e = p.plan.entries[name]
+    return Case(p.replacing(name, torch.empty(e.shape, dtype=e.dtype, device="meta")),
+                ValueError, f"load plan: {name!r} is a meta tensor, which holds no data")
+
+
+def mkldnn_tensor(p: Planned) -> Case:
+    """A layout without strided storage, which claims to be contiguous."""
+    name = p.name()
+    e = p.plan.entries[name]
+    opaque = torch.zeros(e.shape, dtype=e.dtype).to_mkldnn()
+    assert opaque.layout == torch._mkldnn and opaque.is_contiguous()
+    return Case(p.replacing(name, opaque), ValueError,
+                f"load plan: {name!r} is a torch._mkldnn tensor, not a dense (strided) one")
+
+
 def another_model(p: Planned) -> Case:
     other, _ = p.module.make(tp_rank=1, tp_size=2)
     return Case(lambda: loadplan.load_planned(other, p.plan, p.weights), RuntimeError,
@@ -204,7 +224,7 @@ def replaced_tensor(p: Planned) -> Case:
 
 BATCHES = [unknown_name, name_not_a_str, wrong_dtype, wrong_shape, wrong_shape_unneeded,
            sent_twice, not_a_tensor, not_a_pair, a_list_not_a_tuple, meta_tensor,
-           sparse_tensor, another_model, replaced_tensor]
+           meta_tensor_unneeded, sparse_tensor, mkldnn_tensor, another_model, replaced_tensor]
 
 
 @pytest.fixture(scope="module")
