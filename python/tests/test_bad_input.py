@@ -163,14 +163,20 @@ def a_list_not_a_tuple(p: Planned) -> Case:
                 "load plan: expected (name, tensor) pairs, got a list of 2 items")
 
 
-def meta_tensor(p: Planned) -> Case:
-    """A tensor without data, last; a fallback where the plan has one (its
-    load_weights would fail after the direct names were written)."""
+def _meta_tensor_for(p: Planned, kind: str) -> Case:
+    """A tensor without data for a name of `kind` (a direct one where the
+    plan has none)."""
     kinds = {e.kind for e in p.plan.entries.values()}
-    name = p.name("fallback" if "fallback" in kinds else "direct")
+    name = p.name(kind if kind in kinds else "direct")
     e = p.plan.entries[name]
     return Case(p.replacing(name, torch.empty(e.shape, dtype=e.dtype, device="meta")),
                 ValueError, f"load plan: {name!r} is a meta tensor, which holds no data")
+
+
+def meta_tensor(p: Planned) -> Case:
+    """A tensor without data, last; a fallback (its load_weights would fail
+    after the direct names were written)."""
+    return _meta_tensor_for(p, "fallback")
 
 
 def sparse_tensor(p: Planned) -> Case:
@@ -186,11 +192,7 @@ def sparse_tensor(p: Planned) -> Case:
 def meta_tensor_unneeded(p: Planned) -> Case:
     """A name this rank needs nothing of is still checked for data: the
     trainer sent a tensor that no rank can load."""
-    kinds = {e.kind for e in p.plan.entries.values()}
-    name = p.name("unneeded" if "unneeded" in kinds else "direct")
-    e = p.plan.entries[name]
-    return Case(p.replacing(name, torch.empty(e.shape, dtype=e.dtype, device="meta")),
-                ValueError, f"load plan: {name!r} is a meta tensor, which holds no data")
+    return _meta_tensor_for(p, "unneeded")
 
 
 def mkldnn_tensor(p: Planned) -> Case:
