@@ -15,7 +15,6 @@
 
 #include "llvm/Support/raw_ostream.h"
 
-#include <mutex>
 #include <optional>
 #include <pthread.h>
 
@@ -66,16 +65,36 @@ struct Compiled {
   std::optional<loadplan::Plan> plan;
 };
 
+class Reaper;
+Reaper &reaper();
+
 /// Frees compiled modules on a thread of their own, so that a compile
 /// returns once its plan file is made: at 50,000 names, erasing the
 /// module's ops and the context's attributes and freeing the plan's
-/// vectors is about a tenth of the compile. One
-/// module at a time is being freed; the next waits for it, so no more than
-/// two are held at once. The process waits for the last one at exit.
+/// vectors is about a tenth of the compile. One module at a time is being
+/// freed; the next waits for it, so no more than two are held at once. The
+/// process waits for the last one at exit. A forked child (multiprocessing
+/// forks on Linux) has no reaper thread: it forgets the parent's, whose
+/// module it leaks, and takes the lock as it was before the fork.
 class Reaper {
 public:
+  Reaper() {
+    pthread_atfork(
+        [] { reaper().lock(); }, [] { reaper().unlock(); },
+        [] {
+          Reaper &r = reaper();
+          r.running = false;
+          r.unlock();
+        });
+  }
+  ~Reaper() {
+    lock();
+    join();
+    unlock();
+  }
+
   void free(Compiled doomed) {
-    std::lock_guard<std::mutex> lock(mutex);
+    lock();
     join();
     auto *held = new Compiled(std::move(doomed));
     // pthreads, not std::thread: this file builds without exceptions, and
@@ -84,21 +103,23 @@ public:
       running = true;
     else
       delete held;
+    unlock();
   }
-  ~Reaper() { join(); }
 
 private:
   static void *run(void *held) {
     delete static_cast<Compiled *>(held);
     return nullptr;
   }
+  void lock() { pthread_mutex_lock(&mutex); }
+  void unlock() { pthread_mutex_unlock(&mutex); }
   void join() {
     if (running)
       pthread_join(worker, nullptr);
     running = false;
   }
 
-  std::mutex mutex;
+  pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
   pthread_t worker{};
   bool running = false;
 };

@@ -175,3 +175,37 @@ def test_a_copy_record_must_name_a_declared_target(loader_model):
     copy[3] = 55
     _refused(text, types, cks[:3] + [[name, type_, ops[:-1] + [tuple(copy)]]],
              "target 55 is not declared")
+
+
+
+def test_a_process_forked_while_a_module_is_freed_compiles(loader_model):
+    """The compile frees each module on a thread of its own. A process
+    forked while it runs (multiprocessing's default on Linux) has no such
+    thread: its own compiles must not wait for it."""
+    import os
+    import time
+
+    from loadplan.examples import qwen2_moe
+
+    # Big enough that freeing its module takes milliseconds: the forks
+    # below land while it runs.
+    moe, metas = qwen2_moe.make(num_layers=8, num_experts=256)
+    captured = capture(moe, metas)
+    small = capture(model(loader_model), METAS)
+    for _ in range(3):
+        compile_capture(captured, print_json=False)
+        pid = os.fork()
+        if pid == 0:  # the child: a compile, then out without cleanup
+            code = 1
+            try:
+                code = 0 if compile_capture(small, print_json=False)["plan"] else 1
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 60
+        while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                pytest.fail("the forked process's compile did not return in 60 s")
+            time.sleep(0.02)
+        assert os.waitstatus_to_exitcode(done[1]) == 0
