@@ -387,10 +387,18 @@ class Sink:
             self.run_meta(func, args, kwargs)
         record = src._record
         self.current = record
-        src_type = _ir.tensor_type(src.shape, src.dtype)
         target, offset = self.targets.locate(dest)
-        op = _ir.string(op_name(func))
         reason = self.fallback_storages.get(storage_key(dest))
+        if reason is None and offset is not None and _ir.has_element_type(dest.dtype):
+            # A copy the compiler reduces: a record, with no text to format.
+            self.written.add(target.storage)
+            record.lines.append(
+                (_ir.COPY, src._num, self.type_id(src.shape, src.dtype), target.index,
+                 _ir.dtype_code(dest.dtype), offset, *dest.shape, *dest.stride())
+            )
+            return dest
+        src_type = _ir.tensor_type(src.shape, src.dtype)
+        op = _ir.string(op_name(func))
         if reason is not None:
             # A tensor the caller says must be loaded by load_weights: the
             # name falls back with the caller's reason.
@@ -409,25 +417,19 @@ class Sink:
         if target is None or not _ir.has_element_type(dest.dtype):
             self._emit(record, f"loadplan.write_other {op} ({src._value}) : {src_type}")
             return dest
+        # The IR holds destinations in elements of their own dtype from a
+        # target's first byte; this one has no such offset.
         self.written.add(target.storage)
-        if offset is None:
-            # The IR holds destinations in elements of their own dtype from
-            # a target's first byte; this one has no such offset.
-            self._emit(
-                record,
-                f"loadplan.apply {op} ({src._value}) "
-                f"{{reason = {_ir.string(ELEMENT_SIZE_REASON)}}} : ({src_type}) -> ()",
-            )
-            self._emit(
-                record,
-                f"loadplan.inplace_write {op} ({src._value}) into @{target.symbol} "
-                f": {src_type}",
-            )
-        else:
-            record.lines.append(
-                (_ir.COPY, src._num, self.type_id(src.shape, src.dtype), target.index,
-                 _ir.dtype_code(dest.dtype), offset, *dest.shape, *dest.stride())
-            )
+        self._emit(
+            record,
+            f"loadplan.apply {op} ({src._value}) "
+            f"{{reason = {_ir.string(ELEMENT_SIZE_REASON)}}} : ({src_type}) -> ()",
+        )
+        self._emit(
+            record,
+            f"loadplan.inplace_write {op} ({src._value}) into @{target.symbol} "
+            f": {src_type}",
+        )
         return dest
 
     def apply(self, func, args: tuple, kwargs: dict, traces: list) -> Any:
