@@ -167,7 +167,6 @@ struct Session {
 };
 } // namespace
 
-
 /// Runs the pipeline on a verified module and reads the plan off it into
 /// `result`; returns the plan, for the reaper.
 static std::optional<loadplan::Plan>
