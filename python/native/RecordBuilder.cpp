@@ -31,9 +31,10 @@ namespace {
 /// Builds one module's recorded checkpoints.
 class RecordBuilder {
 public:
-  RecordBuilder(ModuleOp module, const CapturedRecords &records)
-      : module(module), records(records), b(module.getContext()),
-        dtypes(module.getContext()) {}
+  RecordBuilder(ModuleOp module, const CapturedRecords &records,
+                bool nameLocations)
+      : module(module), records(records), nameLocations(nameLocations),
+        b(module.getContext()), dtypes(module.getContext()) {}
 
   LogicalResult run();
 
@@ -47,6 +48,7 @@ private:
 
   ModuleOp module;
   const CapturedRecords &records;
+  bool nameLocations;
   OpBuilder b;
   loadplan::DtypeCodes dtypes;
   SmallVector<RankedTensorType> types;
@@ -239,7 +241,8 @@ LogicalResult RecordBuilder::buildOp(ArrayRef<int64_t> entry, Location loc) {
 LogicalResult
 RecordBuilder::buildCheckpoint(const CapturedRecords::Checkpoint &ck) {
   StringAttr name = b.getStringAttr(ck.name);
-  Location loc = NameLoc::get(name);
+  Location loc = nameLocations ? Location(NameLoc::get(name))
+                               : Location(b.getUnknownLoc());
   FailureOr<RankedTensorType> tensorType = type(ck.type, loc);
   if (failed(tensorType))
     return failure();
@@ -297,6 +300,7 @@ LogicalResult RecordBuilder::run() {
 
 LogicalResult
 loadplan_python::buildRecordedCheckpoints(ModuleOp module,
-                                          const CapturedRecords &records) {
-  return RecordBuilder(module, records).run();
+                                          const CapturedRecords &records,
+                                          bool nameLocations) {
+  return RecordBuilder(module, records, nameLocations).run();
 }

@@ -12,12 +12,15 @@ namespace loadplan_python {
 
 /// Puts every checkpoint of `records` into `module` (the parse of
 /// `records.text`) in arrival order: the text ones are already there, the
-/// others are built from their records before the next text one. Each built
-/// op is at its checkpoint's NameLoc. A record that does not fit (an
-/// unknown code, a value or type out of range, a wrong field count) is an
-/// error diagnostic and a failure; the module is then to be dropped.
+/// others are built from their records before the next text one. With
+/// `nameLocations`, each built op is at its checkpoint's NameLoc; without,
+/// at an unknown location (for a compile that reports nothing of them; see
+/// compileRecords). A record that does not fit (an unknown code, a value or
+/// type out of range, a wrong field count) is an error diagnostic and a
+/// failure; the module is then to be dropped.
 mlir::LogicalResult buildRecordedCheckpoints(mlir::ModuleOp module,
-                                             const CapturedRecords &records);
+                                             const CapturedRecords &records,
+                                             bool nameLocations);
 
 } // namespace loadplan_python
 

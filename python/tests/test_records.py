@@ -177,6 +177,20 @@ def test_a_copy_record_must_name_a_declared_target(loader_model):
              "target 55 is not declared")
 
 
+def test_a_refused_record_is_reported_at_its_checkpoint(loader_model):
+    """A compile of records first builds their ops at no location, which is
+    cheaper; one that fails is compiled again at the names' locations, so
+    that each error, the builder's or a verifier's, names its checkpoint."""
+    text, types, cks = _records(loader_model)
+    name, type_, ops = cks[0]  # "a": w.narrow(1, 2, 4) is the first op
+    slice_ = tuple(ops[0])
+    for op, says in [((99,) + slice_[1:], "unknown op code 99"),
+                     (slice_[:6] + (3,) + slice_[7:], "'loadplan.slice' op")]:
+        with pytest.raises(_native.CompileError) as refused:
+            _native.compile_records(text, types, [[name, type_, [op] + ops[1:]]] + cks[1:])
+        first = refused.value.diagnostics[0]
+        assert first.startswith(f'loc("{name}"): error: ') and says in first, first
+
 
 def test_a_process_forked_while_a_module_is_freed_compiles(loader_model):
     """The compile frees each module on a thread of its own. A process
