@@ -93,14 +93,14 @@ void DetectFallbacksPass::runOnOperation() {
   ModuleOp module = getOperation();
   SymbolTable symbols(module);
 
-  // Names by their index in arrival order, which `states` shares. Keyed by
-  // the uniqued attribute: equal names are one StringAttr.
+  // Names by their index in arrival order, which `states` shares. The keys
+  // are the ops' own names, which outlive the map.
   SmallVector<CheckpointOp> checkpoints;
-  llvm::DenseMap<StringAttr, size_t> byName;
+  llvm::DenseMap<StringRef, size_t> byName;
   bool failedNames = false;
   for (auto checkpoint : module.getOps<CheckpointOp>()) {
     auto [it, inserted] =
-        byName.try_emplace(checkpoint.getNameAttr(), checkpoints.size());
+        byName.try_emplace(checkpoint.getName(), checkpoints.size());
     if (!inserted) {
       checkpoint.emitError() << "checkpoint '" << checkpoint.getName()
                              << "' is declared twice";
@@ -160,10 +160,10 @@ void DetectFallbacksPass::runOnOperation() {
       mark(index, *reason, stop, fromEvent);
       if (auto apply = dyn_cast<ApplyOp>(op))
         if (ArrayAttr names = apply.getNamesAttr())
-          for (auto name : names.getAsRange<StringAttr>()) {
+          for (StringRef name : names.getAsValueRange<StringAttr>()) {
             auto other = byName.find(name);
             if (other == byName.end()) {
-              apply.emitError() << "names checkpoint '" << name.getValue()
+              apply.emitError() << "names checkpoint '" << name
                                 << "', which is not declared";
               return signalPassFailure();
             }

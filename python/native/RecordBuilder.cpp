@@ -240,8 +240,8 @@ LogicalResult RecordBuilder::buildOp(ArrayRef<int64_t> entry, Location loc) {
 
 LogicalResult
 RecordBuilder::buildCheckpoint(const CapturedRecords::Checkpoint &ck) {
-  StringAttr name = b.getStringAttr(ck.name);
-  Location loc = nameLocations ? Location(NameLoc::get(name))
+  StringRef name(ck.name.data(), ck.name.size());
+  Location loc = nameLocations ? Location(NameLoc::get(b.getStringAttr(name)))
                                : Location(b.getUnknownLoc());
   FailureOr<RankedTensorType> tensorType = type(ck.type, loc);
   if (failed(tensorType))

@@ -206,6 +206,35 @@ loadplan.target @t module "m" tensor "w" storage @s byte_offset 0 stride [1, 8] 
 
 // -----
 
+// expected-error @+1 {{'loadplan.checkpoint' op has an empty name}}
+loadplan.checkpoint "" : tensor<4xbf16> (%w) {
+}
+
+// -----
+
+// A name in the attribute dictionary is not the name property.
+// expected-error @+1 {{'loadplan.checkpoint' op has an empty name (the generic form gives it as a property: <{name = "...", ...}>)}}
+"loadplan.checkpoint"() ({
+^bb0(%w: tensor<4xbf16>):
+}) {name = "w", type = tensor<4xbf16>} : () -> ()
+
+// -----
+
+// The generic form may leave the name out: it is then empty.
+// expected-error @+1 {{'loadplan.checkpoint' op has an empty name}}
+"loadplan.checkpoint"() <{type = tensor<4xbf16>}> ({
+^bb0(%w: tensor<4xbf16>):
+}) : () -> ()
+
+// -----
+
+// expected-error @+1 {{invalid properties {name = 5 : i64, type = tensor<4xbf16>} for op loadplan.checkpoint: expected string property to come from string attribute}}
+"loadplan.checkpoint"() <{name = 5, type = tensor<4xbf16>}> ({
+^bb0(%w: tensor<4xbf16>):
+}) : () -> ()
+
+// -----
+
 // expected-error @+1 {{'loadplan.checkpoint' op dtype 'index' has no byte size}}
 loadplan.checkpoint "w" : tensor<4xindex> (%w) {
 }
@@ -219,21 +248,21 @@ loadplan.checkpoint "w" : tensor<*xbf16> (%w) {
 // -----
 
 // expected-error @+1 {{'loadplan.checkpoint' op body must take one argument of the checkpoint type 'tensor<4xbf16>'}}
-"loadplan.checkpoint"() ({
+"loadplan.checkpoint"() <{name = "w", type = tensor<4xbf16>}> ({
 ^bb0(%w: tensor<8xbf16>):
-}) {name = "w", type = tensor<4xbf16>} : () -> ()
+}) : () -> ()
 
 // -----
 
 // expected-error @+1 {{'loadplan.checkpoint' op body must take one argument of the checkpoint type 'tensor<4xbf16>'}}
-"loadplan.checkpoint"() ({
+"loadplan.checkpoint"() <{name = "w", type = tensor<4xbf16>}> ({
 ^bb0:
-}) {name = "w", type = tensor<4xbf16>} : () -> ()
+}) : () -> ()
 
 // -----
 
 // expected-error @+1 {{'loadplan.checkpoint' op region #0 ('body') failed to verify constraint: region with 1 blocks}}
-"loadplan.checkpoint"() ({}) {name = "w", type = tensor<4xbf16>} : () -> ()
+"loadplan.checkpoint"() <{name = "w", type = tensor<4xbf16>}> ({}) : () -> ()
 
 // -----
 

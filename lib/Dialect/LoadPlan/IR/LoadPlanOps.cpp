@@ -183,14 +183,9 @@ LogicalResult TargetOp::verifySymbolUses(SymbolTableCollection &symbols) {
 
 void CheckpointOp::build(OpBuilder &builder, OperationState &state,
                          StringRef name, RankedTensorType type) {
-  build(builder, state, builder.getStringAttr(name), type);
-}
-
-void CheckpointOp::build(OpBuilder &builder, OperationState &state,
-                         StringAttr name, RankedTensorType type) {
   // As properties: attributes would go through a DictionaryAttr first.
   Properties &props = state.getOrAddProperties<Properties>();
-  props.name = name;
+  props.name = name.str();
   props.type = TypeAttr::get(type);
   Region *body = state.addRegion();
   Block *block = new Block();
@@ -206,9 +201,9 @@ ParseResult CheckpointOp::parse(OpAsmParser &parser, OperationState &result) {
       parser.parseArgument(arg) || parser.parseRParen() ||
       parser.parseOptionalAttrDictWithKeyword(result.attributes))
     return failure();
-  result.addAttribute(getNameAttrName(result.name),
-                      parser.getBuilder().getStringAttr(name));
-  result.addAttribute(getTypeAttrName(result.name), TypeAttr::get(type));
+  Properties &props = result.getOrAddProperties<Properties>();
+  props.name = std::move(name);
+  props.type = TypeAttr::get(type);
   arg.type = type;
   Region *body = result.addRegion();
   if (parser.parseRegion(*body, {arg}))
@@ -220,12 +215,12 @@ ParseResult CheckpointOp::parse(OpAsmParser &parser, OperationState &result) {
 
 void CheckpointOp::print(OpAsmPrinter &p) {
   p << ' ';
-  p.printAttribute(getNameAttr());
+  p.printString(getName());
   p << " : " << getType() << " (";
   p.printRegionArgument(getIncoming(), {}, /*omitType=*/true);
   p << ')';
   p.printOptionalAttrDictWithKeyword((*this)->getAttrs(),
-                                     {getNameAttrName(), getTypeAttrName()});
+                                     {getTypeAttrName()});
   p << ' ';
   // The entry block always exists (the parser creates it with the incoming
   // tensor), so an empty one prints as `{}` and parses back the same.
@@ -240,6 +235,12 @@ void CheckpointOp::getAsmBlockArgumentNames(Region &region,
 }
 
 LogicalResult CheckpointOp::verify() {
+  // The name is a property, which a generic op may leave out (or give in
+  // its attribute dictionary, which is not where properties are): it is
+  // then empty, and no checkpoint has an empty name.
+  if (getName().empty())
+    return emitOpError() << "has an empty name (the generic form gives it "
+                            "as a property: <{name = \"...\", ...}>)";
   if (failed(checkDtype(*this, getTensorType().getElementType())))
     return failure();
   Block &block = getBody().front();
