@@ -130,43 +130,6 @@ Reaper &reaper() {
 }
 } // namespace
 
-namespace {
-/// One compilation's context, with its diagnostics collected into `result`.
-struct Session {
-  DialectRegistry registry;
-  std::unique_ptr<MLIRContext> context;
-  std::unique_ptr<ScopedDiagnosticHandler> handler;
-
-  explicit Session(loadplan_python::CompileResult &result) {
-    registry.insert<loadplan::LoadPlanDialect>();
-    // One compilation per call: no thread pool to start or to leak.
-    context = std::make_unique<MLIRContext>(registry,
-                                            MLIRContext::Threading::DISABLED);
-    context->loadAllAvailableDialects();
-    // The messages name the op by its location; its generic form is noise.
-    context->printOpOnDiagnostic(false);
-    handler = std::make_unique<ScopedDiagnosticHandler>(
-        context.get(), [&result](Diagnostic &diag) {
-          std::string text = formatDiagnostic(diag);
-          if (diag.getSeverity() == DiagnosticSeverity::Error)
-            result.errors.push_back(std::move(text));
-          else
-            result.remarks.push_back(std::move(text));
-          return success();
-        });
-  }
-
-  /// Hands the context, `module` and `plan` to the reaper once the result
-  /// is made: nothing reports into it after this.
-  void release(OwningOpRef<ModuleOp> module,
-               std::optional<loadplan::Plan> plan) {
-    handler.reset();
-    reaper().free(
-        Compiled{std::move(context), std::move(module), std::move(plan)});
-  }
-};
-} // namespace
-
 /// Runs the pipeline on a verified module and reads the plan off it into
 /// `result`; returns the plan, for the reaper.
 static std::optional<loadplan::Plan>
@@ -208,22 +171,65 @@ compileModule(MLIRContext &context, ModuleOp module,
   return std::move(*plan);
 }
 
+namespace {
+/// One compilation's context, with its diagnostics collected into `result`.
+struct Session {
+  loadplan_python::CompileResult &result;
+  DialectRegistry registry;
+  std::unique_ptr<MLIRContext> context;
+  std::unique_ptr<ScopedDiagnosticHandler> handler;
+
+  explicit Session(loadplan_python::CompileResult &result) : result(result) {
+    registry.insert<loadplan::LoadPlanDialect>();
+    // One compilation per call: no thread pool to start or to leak.
+    context = std::make_unique<MLIRContext>(registry,
+                                            MLIRContext::Threading::DISABLED);
+    context->loadAllAvailableDialects();
+    // The messages name the op by its location; its generic form is noise.
+    context->printOpOnDiagnostic(false);
+    handler = std::make_unique<ScopedDiagnosticHandler>(
+        context.get(), [&result](Diagnostic &diag) {
+          std::string text = formatDiagnostic(diag);
+          if (diag.getSeverity() == DiagnosticSeverity::Error)
+            result.errors.push_back(std::move(text));
+          else
+            result.remarks.push_back(std::move(text));
+          return success();
+        });
+  }
+
+  /// `text` as a module, or null with the reason in `result`.
+  OwningOpRef<ModuleOp> parse(const std::string &text,
+                              const std::string &sourceName, bool verify) {
+    ParserConfig config(context.get(), /*verifyAfterParse=*/verify);
+    OwningOpRef<ModuleOp> module =
+        parseSourceString<ModuleOp>(text, config, sourceName);
+    if (!module && result.errors.empty())
+      result.errors.push_back("cannot parse the captured IR");
+    return module;
+  }
+
+  /// Compiles the verified `module` into `result`, then hands the context,
+  /// the module and the plan to the reaper: nothing reports into `result`
+  /// after this.
+  void compile(OwningOpRef<ModuleOp> module, bool printIR, bool printJson) {
+    std::optional<loadplan::Plan> plan =
+        compileModule(*context, *module, result, printIR, printJson);
+    handler.reset();
+    reaper().free(
+        Compiled{std::move(context), std::move(module), std::move(plan)});
+  }
+};
+} // namespace
+
 loadplan_python::CompileResult
 loadplan_python::compile(const std::string &ir, const std::string &sourceName,
                          bool printIR, bool printJson) {
   CompileResult result;
   Session session(result);
-  ParserConfig config(session.context.get());
-  OwningOpRef<ModuleOp> module =
-      parseSourceString<ModuleOp>(ir, config, sourceName);
-  if (!module) {
-    if (result.errors.empty())
-      result.errors.push_back("cannot parse the captured IR");
-    return result;
-  }
-  std::optional<loadplan::Plan> plan =
-      compileModule(*session.context, *module, result, printIR, printJson);
-  session.release(std::move(module), std::move(plan));
+  if (OwningOpRef<ModuleOp> module =
+          session.parse(ir, sourceName, /*verify=*/true))
+    session.compile(std::move(module), printIR, printJson);
   return result;
 }
 
@@ -234,26 +240,19 @@ compileRecordsOnce(const loadplan_python::CapturedRecords &records,
                    bool nameLocations) {
   loadplan_python::CompileResult result;
   Session session(result);
-  MLIRContext &context = *session.context;
   // The text part is verified with the rest once the module is whole: its
   // checkpoints name targets, and the built ones are not there yet.
-  ParserConfig config(&context, /*verifyAfterParse=*/false);
   OwningOpRef<ModuleOp> module =
-      parseSourceString<ModuleOp>(records.text, config, sourceName);
-  if (!module) {
-    if (result.errors.empty())
-      result.errors.push_back("cannot parse the captured IR");
+      session.parse(records.text, sourceName, /*verify=*/false);
+  if (!module)
     return result;
-  }
   if (failed(buildRecordedCheckpoints(*module, records, nameLocations)) ||
       failed(verify(*module))) {
     if (result.errors.empty())
       result.errors.push_back("the captured records do not make a module");
     return result;
   }
-  std::optional<loadplan::Plan> plan =
-      compileModule(context, *module, result, printIR, printJson);
-  session.release(std::move(module), std::move(plan));
+  session.compile(std::move(module), printIR, printJson);
   return result;
 }
 

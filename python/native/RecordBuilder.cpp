@@ -240,7 +240,7 @@ LogicalResult RecordBuilder::buildOp(ArrayRef<int64_t> entry, Location loc) {
 
 LogicalResult
 RecordBuilder::buildCheckpoint(const CapturedRecords::Checkpoint &ck) {
-  StringRef name(ck.name.data(), ck.name.size());
+  StringRef name = ck.name;
   Location loc = nameLocations ? Location(NameLoc::get(b.getStringAttr(name)))
                                : Location(b.getUnknownLoc());
   FailureOr<RankedTensorType> tensorType = type(ck.type, loc);
