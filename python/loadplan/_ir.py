@@ -35,6 +35,11 @@ def dtype_code(dtype: torch.dtype) -> int:
         raise ValueError(f"load plan: dtype {dtype} is not supported") from None
 
 
+def target_symbol(index: int) -> str:
+    """The symbol of target ``index`` (``@t<index>`` in the IR)."""
+    return f"t{index}"
+
+
 def value_name(v: int) -> str:
     """``%w`` (-1: the incoming tensor) or ``%<v>``."""
     return "%w" if v < 0 else f"%{v}"
@@ -140,7 +145,7 @@ def record_line(entry: tuple[int, ...], types: list[tuple[tuple[int, ...], int]]
         _, src, src_type, target, dtype, offset, *dims = entry
         rank = len(dims) // 2
         return (
-            f"loadplan.copy {value_name(src)} to @t{target} "
+            f"loadplan.copy {value_name(src)} to @{target_symbol(target)} "
             f"{layout(offset, dims[:rank], dims[rank:])} "
             f"as {element_type(_runtime.DTYPES[dtype])} : {_type_text(types[src_type])}"
         )

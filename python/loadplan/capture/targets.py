@@ -16,8 +16,7 @@ from .. import _ir
 class Target:
     """A parameter or buffer of the live model, as a write destination."""
 
-    symbol: str  # @t<i> in the IR
-    index: int  # i
+    index: int  # in the capture's targets, which the IR's symbol names
     module: str
     tensor: str
     real: torch.Tensor
@@ -25,6 +24,10 @@ class Target:
     storage: str  # @s<j> in the IR
     byte_offset: int  # of its first element in its storage
     byte_extent: int  # from its first byte to one past its last
+
+    @property
+    def symbol(self) -> str:
+        return _ir.target_symbol(self.index)
 
     @property
     def qualified_name(self) -> str:
@@ -65,7 +68,6 @@ class Targets:
             symbol, _, on_storage = self.storages[key]
             module, _, tensor = name.rpartition(".")
             target = Target(
-                symbol=f"t{len(self.targets)}",
                 index=len(self.targets),
                 module=module,
                 tensor=tensor,

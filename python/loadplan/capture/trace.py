@@ -599,19 +599,14 @@ class Sink:
         the next checkpoint of the text."""
         blocks: list[list[str]] = []
         checkpoints: list[tuple | None] = []
-        # One pass per name at 50,000 names: locals, and the type table
-        # read before calling into it.
-        append, record_of, type_ids = checkpoints.append, self.records.get, self.type_ids
         for name, meta in self.metas.items():
-            record = record_of(name)
+            record = self.records.get(name)
             if record is None:  # its loader never saw it
-                append((name, self.type_id(tuple(meta.shape), meta.dtype), ()))
+                checkpoints.append((name, self.type_id(tuple(meta.shape), meta.dtype), ()))
             elif record.text:
                 blocks.append(self._block(name, record, meta))
-                append(None)
+                checkpoints.append(None)
             else:
-                found = type_ids.get((record.shape, record.dtype))
-                if found is None:
-                    found = self.type_id(record.shape, record.dtype)
-                append((name, found, record.lines))
+                checkpoints.append((name, self.type_id(record.shape, record.dtype),
+                                    record.lines))
         return self._module(title, blocks), self.types, checkpoints
