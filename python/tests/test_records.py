@@ -6,12 +6,16 @@ builder says of bad ones."""
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 import torch
 
 import loadplan
 from loadplan import ParamMeta, _ir, _native
 from loadplan.capture import capture
+from loadplan.examples import qwen2_moe
 from loadplan.planning import compile_capture, compile_ir
 
 BF16, F32 = torch.bfloat16, torch.float32
@@ -196,11 +200,6 @@ def test_a_process_forked_while_a_module_is_freed_compiles(loader_model):
     """The compile frees each module on a thread of its own. A process
     forked while it runs (multiprocessing's default on Linux) has no such
     thread: its own compiles must not wait for it."""
-    import os
-    import time
-
-    from loadplan.examples import qwen2_moe
-
     # Big enough that freeing its module takes milliseconds: the forks
     # below land while it runs.
     moe, metas = qwen2_moe.make(num_layers=8, num_experts=256)

@@ -106,8 +106,7 @@ def LoadPlan_CheckpointOp : LoadPlan_Op<"checkpoint", [
   let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
   let skipDefaultBuilders = 1;
-  let builders = [
-    OpBuilder<(ins "StringRef":$name, "RankedTensorType":$type)>];
+  let builders = [OpBuilder<(ins "StringRef":$name, "RankedTensorType":$type)>];
   let extraClassDeclaration = [{
     /// The checkpoint tensor's type (shape and dtype).
     RankedTensorType getTensorType() {
