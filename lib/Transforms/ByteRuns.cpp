@@ -57,9 +57,9 @@ void loadplan::appendByteRuns(int64_t byteOffset, ArrayRef<int64_t> shape,
   }
 }
 
-void loadplan::collectStorageWrites(ModuleOp module, int64_t maxRuns,
-                                    bool withConstants,
-                                    SmallVectorImpl<CheckpointOp> &checkpoints,
+void loadplan::collectStorageWrites(ModuleOp module,
+                                    const CheckpointNames &names,
+                                    int64_t maxRuns, bool withConstants,
                                     SmallVectorImpl<StorageOp> &storages,
                                     SmallVectorImpl<StorageWrite> &out) {
   SymbolTable symbols(module);
@@ -68,10 +68,15 @@ void loadplan::collectStorageWrites(ModuleOp module, int64_t maxRuns,
     storageIndex[storage.getSymNameAttr()] = storages.size();
     storages.push_back(storage);
   }
+  // Each checkpoint's own bytes, once: checkpoint c's are base[begin[c],
+  // begin[c + 1]); its members write them moved.
+  SmallVector<StorageWrite> base;
+  SmallVector<unsigned> begin;
+  begin.reserve(names.checkpoints.size() + 1);
   SmallVector<ByteRun> runs;
   auto add = [&](FlatSymbolRefAttr targetRef, int64_t offset,
                  ArrayRef<int64_t> shape, ArrayRef<int64_t> stride,
-                 int64_t itemSize, unsigned index) {
+                 int64_t itemSize) {
     auto target = symbols.lookup<TargetOp>(targetRef.getAttr());
     // An empty write covers no byte, and no verifier bounds its offset.
     if (!target || itemSize == 0 || llvm::is_contained(shape, 0))
@@ -83,11 +88,10 @@ void loadplan::collectStorageWrites(ModuleOp module, int64_t maxRuns,
     appendByteRuns(target.getByteOffset() + offset * itemSize, shape, stride,
                    itemSize, maxRuns, runs);
     for (ByteRun r : runs)
-      out.push_back({storage->second, r, index});
+      base.push_back({storage->second, r, 0});
   };
-  for (auto checkpoint : module.getOps<CheckpointOp>()) {
-    unsigned index = checkpoints.size();
-    checkpoints.push_back(checkpoint);
+  for (CheckpointOp checkpoint : names.checkpoints) {
+    begin.push_back(base.size());
     Block &block = checkpoint.getBlock();
     bool stopped = llvm::any_of(block.getOps<FallbackOp>(),
                                 [](FallbackOp f) { return f.getStop(); });
@@ -95,16 +99,34 @@ void loadplan::collectStorageWrites(ModuleOp module, int64_t maxRuns,
       if (auto w = dyn_cast<WriteOp>(op); w && !stopped) {
         RegionAttr r = w.getRegion();
         add(w.getTargetAttr(), r.getOffset(), r.getShape(), r.getStride(),
-            getItemSize(w.getWrittenType()), index);
+            getItemSize(w.getWrittenType()));
       } else if (auto c = dyn_cast<CopyOp>(op); c && !stopped) {
         LayoutAttr l = c.getDest();
         add(c.getTargetAttr(), l.getOffset(), l.getShape(), l.getStride(),
-            getItemSize(c.getDtype()), index);
+            getItemSize(c.getDtype()));
       } else if (auto k = dyn_cast<ConstantWriteOp>(op); k && withConstants) {
         LayoutAttr l = k.getDest();
         add(k.getTargetAttr(), l.getOffset(), l.getShape(), l.getStride(),
-            getItemSize(k.getDtype()), index);
+            getItemSize(k.getDtype()));
       }
     }
+  }
+  begin.push_back(base.size());
+  if (!names.hasMembers) {
+    // Module order is arrival order; the bytes are all there.
+    for (auto [index, n] : llvm::enumerate(names.names))
+      for (unsigned k = begin[n.checkpoint]; k < begin[n.checkpoint + 1]; ++k)
+        base[k].name = index;
+    out.append(base.begin(), base.end());
+    return;
+  }
+  out.reserve(out.size() + base.size());
+  for (auto [index, n] : llvm::enumerate(names.names)) {
+    // The verifier keeps a member's moved bytes inside the storage.
+    int64_t shift = names.op(n).getShiftAt(n.index);
+    for (unsigned k = begin[n.checkpoint]; k < begin[n.checkpoint + 1]; ++k)
+      out.push_back({base[k].storage,
+                     {base[k].run.first + shift, base[k].run.second + shift},
+                     static_cast<unsigned>(index)});
   }
 }

@@ -46,10 +46,12 @@ static void normalize(SmallVectorImpl<ByteRun> &runs) {
 
 void CheckCoveragePass::runOnOperation() {
   ModuleOp module = getOperation();
-  SmallVector<CheckpointOp> checkpoints;
+  FailureOr<CheckpointNames> names = collectCheckpointNames(module);
+  if (failed(names))
+    return signalPassFailure();
   SmallVector<StorageOp> storages;
   SmallVector<StorageWrite> writes;
-  collectStorageWrites(module, maxRuns, /*withConstants=*/true, checkpoints,
+  collectStorageWrites(module, *names, maxRuns, /*withConstants=*/true,
                        storages, writes);
   std::vector<SmallVector<ByteRun>> covered(storages.size());
   for (const StorageWrite &w : writes)

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "loadplan/Dialect/LoadPlan/IR/Geometry.h"
+#include "loadplan/Transforms/Groups.h"
 #include "loadplan/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -93,21 +94,45 @@ void DetectFallbacksPass::runOnOperation() {
   ModuleOp module = getOperation();
   SymbolTable symbols(module);
 
-  // Names by their index in arrival order, which `states` shares. The keys
-  // are the ops' own names, which outlive the map.
-  SmallVector<CheckpointOp> checkpoints;
+  FailureOr<CheckpointNames> names = collectCheckpointNames(module);
+  if (failed(names))
+    return signalPassFailure();
+  // Who last wrote a storage, and which names an apply blames, depend on
+  // arrival order and on single names: a module with such events is walked
+  // name by name. (A checkpoint with members holds none of them.)
+  if (names->hasMembers) {
+    bool byNames = false;
+    for (CheckpointOp checkpoint : names->checkpoints)
+      if (!checkpoint.hasMembers())
+        for (Operation &op : checkpoint.getBlock())
+          if (auto apply = dyn_cast<ApplyOp>(op))
+            byNames |= apply.getNamesAttr() != nullptr;
+          else
+            byNames |= isa<ReadTargetOp>(op);
+    if (byNames) {
+      if (failed(expandCheckpointGroups(module)))
+        return signalPassFailure();
+      names = collectCheckpointNames(module);
+      if (failed(names))
+        return signalPassFailure();
+    }
+  }
+
+  // Checkpoints in module order, which `states` shares. Without members
+  // that is arrival order; with them no event below depends on it. The
+  // keys are the ops' own names, which outlive the map.
+  SmallVector<CheckpointOp> &checkpoints = names->checkpoints;
   llvm::DenseMap<StringRef, size_t> byName;
   bool failedNames = false;
-  for (auto checkpoint : module.getOps<CheckpointOp>()) {
-    auto [it, inserted] =
-        byName.try_emplace(checkpoint.getName(), checkpoints.size());
+  for (CheckpointNames::Name n : names->names) {
+    StringRef name = names->name(n);
+    auto [it, inserted] = byName.try_emplace(name, n.checkpoint);
     if (!inserted) {
-      checkpoint.emitError() << "checkpoint '" << checkpoint.getName()
-                             << "' is declared twice";
+      names->op(n).emitError() << "checkpoint '" << name
+                               << "' is declared twice";
       checkpoints[it->second].emitRemark() << "first declared here";
       failedNames = true;
     }
-    checkpoints.push_back(checkpoint);
   }
   if (failedNames)
     return signalPassFailure();

@@ -35,20 +35,23 @@ struct DetectOverlapsPass
 
 void DetectOverlapsPass::runOnOperation() {
   ModuleOp module = getOperation();
-  SmallVector<CheckpointOp> checkpoints;
+  FailureOr<CheckpointNames> names = collectCheckpointNames(module);
+  if (failed(names))
+    return signalPassFailure();
   SmallVector<StorageOp> storages;
   SmallVector<StorageWrite> writes;
-  collectStorageWrites(module, maxRuns, /*withConstants=*/false, checkpoints,
+  collectStorageWrites(module, *names, maxRuns, /*withConstants=*/false,
                        storages, writes);
-  // By storage, then by first byte.
+  // By storage, then by first byte, then in arrival order.
   std::sort(writes.begin(), writes.end(),
             [](const StorageWrite &a, const StorageWrite &b) {
-              return std::tie(a.storage, a.run) < std::tie(b.storage, b.run);
+              return std::tie(a.storage, a.run, a.name) <
+                     std::tie(b.storage, b.run, b.name);
             });
 
-  // overlapWith[i]: the checkpoint whose bytes checkpoint i meets first.
-  SmallVector<int64_t> overlapWith(checkpoints.size(), -1);
-  using Active = std::pair<int64_t, unsigned>; // (stop, checkpoint)
+  // overlapWith[i]: the name whose bytes name i meets first.
+  SmallVector<int64_t> overlapWith(names->names.size(), -1);
+  using Active = std::pair<int64_t, unsigned>; // (stop, name)
   std::priority_queue<Active, std::vector<Active>, std::greater<Active>> active;
   // Active runs of names not yet marked: each name is marked once, so the
   // sweep stays near-linear however many runs pile up on one span.
@@ -63,28 +66,43 @@ void DetectOverlapsPass::runOnOperation() {
       active.pop();
     if (!active.empty()) {
       unsigned other = active.top().second;
-      if (overlapWith[w.checkpoint] < 0)
-        overlapWith[w.checkpoint] = other;
+      if (overlapWith[w.name] < 0)
+        overlapWith[w.name] = other;
       for (Active a : unmarked)
         if (a.first > w.run.first && overlapWith[a.second] < 0)
-          overlapWith[a.second] = w.checkpoint;
+          overlapWith[a.second] = w.name;
       unmarked.clear();
     }
-    active.push({w.run.second, w.checkpoint});
-    if (overlapWith[w.checkpoint] < 0)
-      unmarked.push_back({w.run.second, w.checkpoint});
+    active.push({w.run.second, w.name});
+    if (overlapWith[w.name] < 0)
+      unmarked.push_back({w.run.second, w.name});
+  }
+
+  // A name of a checkpoint with members falls back on its own: each
+  // becomes a checkpoint of its own, in the same arrival order.
+  if (names->hasMembers &&
+      llvm::any_of(llvm::enumerate(overlapWith), [&](auto pair) {
+        return pair.value() >= 0 &&
+               names->op(names->names[pair.index()]).hasMembers();
+      })) {
+    if (failed(expandCheckpointGroups(module)))
+      return signalPassFailure();
+    names = collectCheckpointNames(module);
+    if (failed(names))
+      return signalPassFailure();
   }
 
   for (auto [index, other] : llvm::enumerate(overlapWith)) {
     if (other < 0)
       continue;
-    CheckpointOp checkpoint = checkpoints[index];
+    CheckpointOp checkpoint = names->op(names->names[index]);
     Block &block = checkpoint.getBlock();
     if (!block.getOps<FallbackOp>().empty())
       continue; // an earlier reason stands
     OpBuilder builder = OpBuilder::atBlockBegin(&block);
     std::string reason =
-        ("writes overlap with '" + checkpoints[other].getName() + "'").str();
+        ("writes overlap with '" + names->name(names->names[other]) + "'")
+            .str();
     FallbackOp::create(builder, checkpoint.getLoc(), StringRef(reason),
                        /*stop=*/false);
     ++numOverlapping;

@@ -1,6 +1,7 @@
 //===- Plan.cpp - The load plan of a compiled module ------------*- C++ -*-===//
 
 #include "loadplan/Transforms/Plan.h"
+#include "loadplan/Transforms/Groups.h"
 #include "loadplan/Dialect/LoadPlan/IR/Geometry.h"
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanOps.h"
 #include "loadplan/format/ByteIO.h"
@@ -80,10 +81,15 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
     plan.targets.push_back(std::move(t));
   }
 
-  // At most one entry per top-level op; reserving saves moving 100k entries.
-  plan.entries.reserve(module.getBody()->getOperations().size());
-  for (auto checkpoint : module.getOps<CheckpointOp>()) {
-    PlanEntry e;
+  FailureOr<CheckpointNames> names = collectCheckpointNames(module);
+  if (failed(names))
+    return failure();
+  // Each checkpoint's entry, made once; its members' are copies of it with
+  // their names and their writes moved.
+  std::vector<PlanEntry> entries;
+  entries.reserve(names->checkpoints.size());
+  for (CheckpointOp checkpoint : names->checkpoints) {
+    PlanEntry &e = entries.emplace_back();
     e.name = checkpoint.getName().str();
     RankedTensorType type = checkpoint.getTensorType();
     e.dtype = dtypeCodes.lookup(type.getElementType());
@@ -107,7 +113,6 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
         whole.stops.push_back(n);
       }
       e.boxes.push_back(std::move(whole));
-      plan.entries.push_back(std::move(e));
       continue;
     }
     for (Operation &op : block) {
@@ -133,7 +138,26 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
           r.getOffset(), r.getShape().vec(), r.getStride().vec(), convertTo});
     }
     e.kind = e.writes.empty() ? LOADPLAN_KIND_UNNEEDED : LOADPLAN_KIND_DIRECT;
-    plan.entries.push_back(std::move(e));
+  }
+
+  plan.entries.reserve(names->names.size());
+  if (!names->hasMembers) {
+    plan.entries = std::move(entries);
+    return plan;
+  }
+  for (CheckpointNames::Name n : names->names) {
+    CheckpointOp checkpoint = names->op(n);
+    if (n.index == 0) {
+      plan.entries.push_back(entries[n.checkpoint]);
+      continue;
+    }
+    PlanEntry &e = plan.entries.emplace_back(entries[n.checkpoint]);
+    e.name = checkpoint.getNameAt(n.index).str();
+    // The verifier checks that a shift is whole elements of each write.
+    int64_t shift = checkpoint.getShiftAt(n.index);
+    for (PlanWrite &w : e.writes)
+      w.offset += shift / static_cast<int64_t>(loadplan_dtype_size(
+                              ::loadplan_format::writtenDtype(e.dtype, w)));
   }
   return plan;
 }

@@ -233,11 +233,12 @@ loadplan_python::compile(const std::string &ir, const std::string &sourceName,
   return result;
 }
 
-/// compileRecords, with the built ops at their names' locations or not.
+/// compileRecords, for its result or for its diagnostics: the second
+/// builds each name's checkpoint at its name's location.
 static loadplan_python::CompileResult
 compileRecordsOnce(const loadplan_python::CapturedRecords &records,
                    const std::string &sourceName, bool printIR, bool printJson,
-                   bool nameLocations) {
+                   bool forDiagnostics) {
   loadplan_python::CompileResult result;
   Session session(result);
   // The text part is verified with the rest once the module is whole: its
@@ -246,7 +247,9 @@ compileRecordsOnce(const loadplan_python::CapturedRecords &records,
       session.parse(records.text, sourceName, /*verify=*/false);
   if (!module)
     return result;
-  if (failed(buildRecordedCheckpoints(*module, records, nameLocations)) ||
+  if (failed(buildRecordedCheckpoints(*module, records,
+                                      /*nameLocations=*/forDiagnostics,
+                                      /*groupNames=*/!forDiagnostics)) ||
       failed(verify(*module))) {
     if (result.errors.empty())
       result.errors.push_back("the captured records do not make a module");
@@ -263,15 +266,16 @@ loadplan_python::compileRecords(const CapturedRecords &records,
   // A compile that succeeds reports nothing at a built op: its remarks are
   // the targets' (text, with their lines). A NameLoc per name (one more
   // uniqued object each, in a table of 50,000) is about a sixth of the
-  // compile, so the first try goes without them; one that fails is
-  // compiled again with them, and its diagnostics name each op's
-  // checkpoint.
+  // compile, so the first try goes without them, and with names that did
+  // the same as members of one checkpoint. One that fails is compiled again
+  // name by name, each at its location, so that its diagnostics are those
+  // of the module the text parses to.
   CompileResult result = compileRecordsOnce(records, sourceName, printIR,
-                                            printJson, /*nameLocations=*/false);
+                                            printJson, /*forDiagnostics=*/false);
   if (result.ok)
     return result;
   return compileRecordsOnce(records, sourceName, printIR, printJson,
-                            /*nameLocations=*/true);
+                            /*forDiagnostics=*/true);
 }
 
 const char *loadplan_python::compilerMissing() { return nullptr; }

@@ -8,6 +8,7 @@
 #include "RecordBuilder.h"
 #include "RecordOps.h"
 
+#include "loadplan/Dialect/LoadPlan/IR/Geometry.h"
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanAttrs.h"
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanOps.h"
 #include "loadplan/Transforms/Plan.h"
@@ -16,6 +17,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/Twine.h"
 
 #include <optional>
@@ -32,29 +34,41 @@ namespace {
 class RecordBuilder {
 public:
   RecordBuilder(ModuleOp module, const CapturedRecords &records,
-                bool nameLocations)
+                bool nameLocations, bool groupNames)
       : module(module), records(records), nameLocations(nameLocations),
-        b(module.getContext()), dtypes(module.getContext()) {}
+        groupNames(groupNames), b(module.getContext()),
+        dtypes(module.getContext()) {}
 
   LogicalResult run();
 
 private:
   LogicalResult makeTypes();
   Type element(int64_t dtype);
-  LogicalResult buildCheckpoint(const CapturedRecords::Checkpoint &ck);
+  FailureOr<CheckpointOp> buildCheckpoint(const CapturedRecords::Checkpoint &ck);
+  bool groupKey(const CapturedRecords::Checkpoint &ck, int64_t &offset,
+                int64_t &itemSize);
   LogicalResult buildOp(ArrayRef<int64_t> entry, Location loc);
   FailureOr<Value> value(int64_t index, Location loc);
   FailureOr<RankedTensorType> type(int64_t index, Location loc);
 
   ModuleOp module;
   const CapturedRecords &records;
-  bool nameLocations;
+  bool nameLocations, groupNames;
   OpBuilder b;
   loadplan::DtypeCodes dtypes;
   SmallVector<RankedTensorType> types;
   /// The values of the block being built; [0] is the incoming tensor.
   SmallVector<Value> values;
   SmallVector<FlatSymbolRefAttr> targets;
+  /// A checkpoint that names with the same records but the copy's offset
+  /// join as members, by those records (see groupKey).
+  struct Group {
+    CheckpointOp op;
+    int64_t offset;
+  };
+  llvm::StringMap<Group> groups;
+  /// The key groupKey made last.
+  SmallVector<int64_t> key;
   /// The registered names of the ops made without attributes, by code.
   std::optional<OperationName> opNames[static_cast<size_t>(RecordOp::count)];
 };
@@ -238,7 +252,7 @@ LogicalResult RecordBuilder::buildOp(ArrayRef<int64_t> entry, Location loc) {
   return success();
 }
 
-LogicalResult
+FailureOr<CheckpointOp>
 RecordBuilder::buildCheckpoint(const CapturedRecords::Checkpoint &ck) {
   StringRef name = ck.name;
   Location loc = nameLocations ? Location(NameLoc::get(b.getStringAttr(name)))
@@ -262,7 +276,47 @@ RecordBuilder::buildCheckpoint(const CapturedRecords::Checkpoint &ck) {
       return failure();
     ops = ops.drop_front(1 + n);
   }
-  return success();
+  return op;
+}
+
+/// Whether `ck` can share a checkpoint with others: its records are views
+/// and one copy, which is well formed. The key is then its type and its
+/// records with the copy's offset left out, and `offset` and `itemSize` the
+/// copy's offset and element size. Anything else is built on its own, and
+/// the builder or the verifier says what is wrong with it.
+bool RecordBuilder::groupKey(const CapturedRecords::Checkpoint &ck,
+                             int64_t &offset, int64_t &itemSize) {
+  if (ck.begin > ck.end || ck.end > records.ops.size() || ck.type < 0 ||
+      static_cast<size_t>(ck.type) >= types.size())
+    return false;
+  ArrayRef<int64_t> ops(records.ops.data() + ck.begin, ck.end - ck.begin);
+  key.assign(1, ck.type);
+  bool copied = false;
+  while (!ops.empty()) {
+    int64_t n = ops.front();
+    if (n < 1 || static_cast<size_t>(n) >= ops.size())
+      return false;
+    ArrayRef<int64_t> entry = ops.slice(1, n);
+    int64_t code = entry.front();
+    if (code < 0 || code >= static_cast<int64_t>(RecordOp::count))
+      return false;
+    size_t at = key.size();
+    key.append(ops.begin(), ops.begin() + 1 + n);
+    if (static_cast<RecordOp>(code) == RecordOp::copy) {
+      // code, source, source type, target, dtype, offset, shape, stride
+      if (copied || entry.size() < 6 || (entry.size() - 6) % 2)
+        return false;
+      Type dtype = element(entry[4]);
+      itemSize = dtype ? getItemSize(dtype) : 0;
+      offset = entry[5];
+      if (itemSize <= 0 || offset < 0)
+        return false;
+      key[at + 6] = 0;
+      copied = true;
+    }
+    ops = ops.drop_front(1 + n);
+  }
+  return copied;
 }
 
 LogicalResult RecordBuilder::run() {
@@ -275,6 +329,8 @@ LogicalResult RecordBuilder::run() {
       llvm::to_vector(module.getOps<CheckpointOp>());
   size_t nextText = 0;
   Block *body = module.getBody();
+  // Every name's position in arrival order, text ones too.
+  int64_t position = 0;
   for (const CapturedRecords::Checkpoint &ck : records.checkpoints) {
     if (ck.type < 0) {
       if (nextText == texts.size())
@@ -282,14 +338,35 @@ LogicalResult RecordBuilder::run() {
                << "captured records: more text checkpoints named than the "
                   "text holds";
       ++nextText;
+      ++position;
       continue;
+    }
+    int64_t offset, itemSize, shift;
+    bool grouped = groupNames && groupKey(ck, offset, itemSize);
+    StringRef keyBytes(reinterpret_cast<const char *>(key.data()),
+                       key.size() * sizeof(int64_t));
+    if (grouped) {
+      auto it = groups.find(keyBytes);
+      if (it != groups.end() &&
+          !llvm::MulOverflow(offset - it->second.offset, itemSize, shift)) {
+        CheckpointOp::Properties &props = it->second.op.getProperties();
+        props.member_names.emplace_back(ck.name);
+        props.member_positions.push_back(position);
+        props.member_shifts.push_back(shift);
+        ++position;
+        continue;
+      }
     }
     if (nextText < texts.size())
       b.setInsertionPoint(texts[nextText]);
     else
       b.setInsertionPointToEnd(body);
-    if (failed(buildCheckpoint(ck)))
+    FailureOr<CheckpointOp> op = buildCheckpoint(ck);
+    if (failed(op))
       return failure();
+    if (grouped)
+      groups.try_emplace(keyBytes, Group{*op, offset});
+    ++position;
   }
   if (nextText != texts.size())
     return emitError(module.getLoc())
@@ -301,6 +378,7 @@ LogicalResult RecordBuilder::run() {
 LogicalResult
 loadplan_python::buildRecordedCheckpoints(ModuleOp module,
                                           const CapturedRecords &records,
-                                          bool nameLocations) {
-  return RecordBuilder(module, records, nameLocations).run();
+                                          bool nameLocations,
+                                          bool groupNames) {
+  return RecordBuilder(module, records, nameLocations, groupNames).run();
 }

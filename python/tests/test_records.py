@@ -222,3 +222,38 @@ def test_a_process_forked_while_a_module_is_freed_compiles(loader_model):
                 pytest.fail("the forked process's compile did not return in 60 s")
             time.sleep(0.02)
         assert os.waitstatus_to_exitcode(done[1]) == 0
+
+
+def test_names_that_load_alike_compile_as_members_of_one_checkpoint():
+    """A layer's experts of one projection differ only in where their copy
+    goes: the compile makes them members of one checkpoint, and the plan is
+    the one of the text, name by name in arrival order."""
+    moe, metas = qwen2_moe.make(num_layers=2, num_experts=8)
+    captured = capture(moe, metas)
+    out = compile_capture(captured, print_ir=True)
+    gate0 = "model.layers.0.mlp.experts.0.gate_proj.weight"
+    head = next(line for line in out["ir"].splitlines() if f'"{gate0}"' in line)
+    members = [f'"model.layers.0.mlp.experts.{e}.gate_proj.weight"' for e in range(1, 8)]
+    assert " members [" in head and all(m in head for m in members), head
+    assert out["ir"].count("loadplan.checkpoint") < len(metas) // 2
+    text = compile_ir(captured.ir, print_ir=True)
+    assert " members [" not in text["ir"]
+    assert out["plan"] == text["plan"] and out["json"] == text["json"]
+    assert list(_native.Plan.from_bytes(out["plan"]).names()) == [m.name for m in metas]
+
+
+def test_a_failed_compile_of_members_reports_each_name_at_its_own(loader_model):
+    """A compile that fails goes again name by name: an error of one name
+    that would be a member is at that name's location."""
+    def load(m, name, w):
+        m.p.narrow(0, int(name[-1]) * 4, 4).copy_(w)
+
+    metas = [ParamMeta(f"e.{i}", (4,), BF16) for i in range(3)]
+    captured = capture(loader_model({"p": ((12,), BF16)}, load), metas)
+    text, types, cks = captured.records()
+    cks = list(cks)
+    cks.append(("e.1", cks[1][1], cks[1][2]))  # e.1 again, as a fourth name
+    with pytest.raises(_native.CompileError) as refused:
+        _native.compile_records(text, types, cks)
+    first = refused.value.diagnostics[0]
+    assert first.startswith('loc("e.1"): error: ') and "declared twice" in first, first

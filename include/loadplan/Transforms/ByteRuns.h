@@ -4,6 +4,7 @@
 #define LOADPLAN_TRANSFORMS_BYTERUNS_H
 
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanOps.h"
+#include "loadplan/Transforms/Groups.h"
 #include "mlir/Support/LLVM.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
@@ -23,20 +24,20 @@ void appendByteRuns(int64_t byteOffset, ArrayRef<int64_t> shape,
                     ArrayRef<int64_t> stride, int64_t itemSize,
                     int64_t maxRuns, SmallVectorImpl<ByteRun> &out);
 
-/// One write's bytes in a storage, attributed to a checkpoint.
+/// One write's bytes in a storage, attributed to a name.
 struct StorageWrite {
-  unsigned storage;    // index of the loadplan.storage in module order
+  unsigned storage; // index of the loadplan.storage in module order
   ByteRun run;
-  unsigned checkpoint; // index of the checkpoint in module order
+  unsigned name;    // index of the name in arrival order
 };
 
-/// Collects the bytes each checkpoint writes, by storage: its writes, the
-/// copies that stayed (refused ones) and, with `withConstants`, constant
-/// writes. Checkpoints whose loader stopped write nothing. Fills
-/// `checkpoints` and `storages` in module order (the indices of `out`).
-void collectStorageWrites(ModuleOp module, int64_t maxRuns,
-                          bool withConstants,
-                          SmallVectorImpl<CheckpointOp> &checkpoints,
+/// Collects the bytes each name writes, by storage: its writes, the copies
+/// that stayed (refused ones) and, with `withConstants`, constant writes;
+/// a member's moved by its shift. Names whose loader stopped write nothing.
+/// Fills `storages` in module order and `out` name by name in arrival
+/// order, indexing both.
+void collectStorageWrites(ModuleOp module, const CheckpointNames &names,
+                          int64_t maxRuns, bool withConstants,
                           SmallVectorImpl<StorageOp> &storages,
                           SmallVectorImpl<StorageWrite> &out);
 

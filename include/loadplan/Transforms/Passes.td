@@ -11,6 +11,18 @@
 
 include "mlir/Pass/PassBase.td"
 
+def ExpandGroups : Pass<"loadplan-expand-groups", "::mlir::ModuleOp"> {
+  let summary = "Make each member of a checkpoint a checkpoint of its own";
+  let description = [{
+    Replaces every `loadplan.checkpoint` with members by one checkpoint per
+    name: the member's is the block with its copies and writes moved by the
+    member's shift. The checkpoints are then in arrival order. No stage
+    needs it (each handles members itself, and expands the module where a
+    name's outcome depends on the others); it shows a module name by name.
+  }];
+  let dependentDialects = ["::mlir::loadplan::LoadPlanDialect"];
+}
+
 def FoldViews : Pass<"loadplan-fold-views", "::mlir::ModuleOp"> {
   let summary = "Fold view chains into strided layouts of the checkpoint tensor";
   let description = [{

@@ -68,6 +68,39 @@ static LogicalResult checkInStorage(Operation *op, TargetOp target,
   return success();
 }
 
+/// checkInStorage for a copy or write of a checkpoint, at each of its names:
+/// the checkpoint's members move the elements by their shifts, which must
+/// be whole elements and keep them inside the storage.
+static LogicalResult checkMovedInStorage(Operation *op, TargetOp target,
+                                         int64_t offset, int64_t extent,
+                                         int64_t itemSize,
+                                         SymbolTableCollection &symbols,
+                                         StringRef what) {
+  auto checkpoint = op->getParentOfType<CheckpointOp>();
+  if (!checkpoint || !checkpoint.hasMembers() || extent == 0 || itemSize <= 0)
+    return checkInStorage(op, target, offset, extent, itemSize, symbols, what);
+  for (size_t i = 1; i < checkpoint.getNumNames(); ++i)
+    if (checkpoint.getShiftAt(i) % itemSize)
+      return op->emitOpError()
+             << "member '" << checkpoint.getNameAt(i) << "' moves the " << what
+             << " by " << checkpoint.getShiftAt(i)
+             << " bytes, not a whole number of its " << itemSize
+             << "-byte elements";
+  // The names' bytes lie between those of the least and greatest shift.
+  auto [least, most] = checkpoint.getShiftRange();
+  for (int64_t shift : {least, most}) {
+    int64_t moved;
+    if (llvm::AddOverflow(offset, shift / itemSize, moved) || moved < 0)
+      return op->emitOpError()
+             << "a member's shift of " << shift << " bytes moves the " << what
+             << " out of its target's storage";
+    if (failed(checkInStorage(op, target, moved, extent, itemSize, symbols,
+                              what)))
+      return failure();
+  }
+  return success();
+}
+
 /// Checks that `type` has a byte size.
 static LogicalResult checkDtype(Operation *op, Type type) {
   if (getItemSize(type) == 0)
@@ -198,10 +231,27 @@ ParseResult CheckpointOp::parse(OpAsmParser &parser, OperationState &result) {
   Type type;
   OpAsmParser::Argument arg;
   if (parser.parseString(&name) || parser.parseColonType(type) || parser.parseLParen() ||
-      parser.parseArgument(arg) || parser.parseRParen() ||
-      parser.parseOptionalAttrDictWithKeyword(result.attributes))
+      parser.parseArgument(arg) || parser.parseRParen())
     return failure();
   Properties &props = result.getOrAddProperties<Properties>();
+  if (succeeded(parser.parseOptionalKeyword("members"))) {
+    auto member = [&]() -> ParseResult {
+      std::string memberName;
+      int64_t position, shift;
+      if (parser.parseString(&memberName) || parser.parseKeyword("at") ||
+          parser.parseInteger(position) || parser.parseKeyword("moved") ||
+          parser.parseInteger(shift))
+        return failure();
+      props.member_names.push_back(std::move(memberName));
+      props.member_positions.push_back(position);
+      props.member_shifts.push_back(shift);
+      return success();
+    };
+    if (parser.parseCommaSeparatedList(OpAsmParser::Delimiter::Square, member))
+      return failure();
+  }
+  if (parser.parseOptionalAttrDictWithKeyword(result.attributes))
+    return failure();
   props.name = std::move(name);
   props.type = TypeAttr::get(type);
   arg.type = type;
@@ -219,6 +269,16 @@ void CheckpointOp::print(OpAsmPrinter &p) {
   p << " : " << getType() << " (";
   p.printRegionArgument(getIncoming(), {}, /*omitType=*/true);
   p << ')';
+  if (hasMembers()) {
+    p << " members [";
+    for (size_t i = 1; i < getNumNames(); ++i) {
+      if (i > 1)
+        p << ", ";
+      p.printString(getNameAt(i));
+      p << " at " << getMemberPositions()[i - 1] << " moved " << getShiftAt(i);
+    }
+    p << ']';
+  }
   p.printOptionalAttrDictWithKeyword((*this)->getAttrs(),
                                      {getTypeAttrName()});
   p << ' ';
@@ -249,7 +309,41 @@ LogicalResult CheckpointOp::verify() {
     return emitOpError() << "body must take one argument of the checkpoint "
                             "type "
                          << getType();
+  if (!hasMembers() && getMemberPositions().empty() &&
+      getMemberShifts().empty())
+    return success();
+  size_t members = getMemberNames().size();
+  if (getMemberPositions().size() != members ||
+      getMemberShifts().size() != members)
+    return emitOpError() << "has " << members << " member names, "
+                         << getMemberPositions().size() << " positions and "
+                         << getMemberShifts().size() << " shifts";
+  for (auto [memberName, position] :
+       llvm::zip_equal(getMemberNames(), getMemberPositions())) {
+    if (memberName.empty())
+      return emitOpError() << "has a member with an empty name";
+    if (position < 0)
+      return emitOpError() << "member '" << memberName << "' is at position "
+                           << position << ", before the first";
+  }
+  // What a member does must not depend on when it arrives or on the other
+  // names: the events that do are in checkpoints of their own.
+  for (Operation &op : block)
+    if (isa<ValueReadOp, ApplyOp, MetaFailureOp, InplaceWriteOp, ReadTargetOp,
+            WriteOtherOp, ConstantWriteOp>(op))
+      return op.emitOpError()
+             << "is in a checkpoint with members, which holds only views, "
+                "copies, writes and fallbacks";
   return success();
+}
+
+std::pair<int64_t, int64_t> CheckpointOp::getShiftRange() {
+  std::pair<int64_t, int64_t> range{0, 0};
+  for (int64_t shift : getMemberShifts()) {
+    range.first = std::min(range.first, shift);
+    range.second = std::max(range.second, shift);
+  }
+  return range;
 }
 
 //===----------------------------------------------------------------------===//
@@ -443,8 +537,8 @@ LogicalResult CopyOp::verifySymbolUses(SymbolTableCollection &symbols) {
   if (!target)
     return failure();
   LayoutAttr dest = getDest();
-  return checkInStorage(*this, target, dest.getOffset(), dest.getExtent(),
-                        getItemSize(getDtype()), symbols, "destination");
+  return checkMovedInStorage(*this, target, dest.getOffset(), dest.getExtent(),
+                             getItemSize(getDtype()), symbols, "destination");
 }
 
 LogicalResult ConvertOp::verify() {
@@ -518,6 +612,6 @@ LogicalResult WriteOp::verifySymbolUses(SymbolTableCollection &symbols) {
     return failure();
   int64_t size = getItemSize(getWrittenType());
   RegionAttr region = getRegion();
-  return checkInStorage(*this, target, region.getOffset(), region.getExtent(),
-                        size, symbols, "region");
+  return checkMovedInStorage(*this, target, region.getOffset(),
+                             region.getExtent(), size, symbols, "region");
 }

@@ -97,11 +97,34 @@ def LoadPlan_CheckpointOp : LoadPlan_Op<"checkpoint", [
           : tensor<8x8xbf16>
     }
     ```
+
+    A checkpoint with `members` stands for several names of the same type
+    whose loaders did the same, each into other bytes of the same targets
+    (a layer's experts): member `"n" at P moved S` is the name `n`, which
+    arrives at position `P`, and whose copies and writes are the block's
+    moved by `S` bytes (a whole number of each one's elements). Positions
+    count every name of the module in arrival order: members take the ones
+    they give, and the checkpoints themselves the others, in module order.
+    The block then holds only views, copies, writes and fallbacks, which
+    stand for every member alike; `--loadplan-expand-groups` makes each
+    member a checkpoint of its own.
+
+    ```mlir
+    loadplan.checkpoint "experts.0.w" : tensor<8xbf16> (%w)
+        members ["experts.1.w" at 2 moved 16, "experts.2.w" at 4 moved 32] {
+      loadplan.copy %w to @t0 <offset = 0, shape = [8], stride = [1]> as bf16
+          : tensor<8xbf16>
+    }
+    ```
   }];
   // The name is a property, not a StringAttr: at 50,000 names, uniquing
   // each in the context's string table cost about 10 ms of a 0.15 s
   // compile, and no other op refers to a checkpoint by its attribute.
-  let arguments = (ins StringProp:$name, TypeAttrOf<LoadPlan_Trace>:$type);
+  // Members are properties for the same reason.
+  let arguments = (ins StringProp:$name, TypeAttrOf<LoadPlan_Trace>:$type,
+                       ArrayProp<StringProp>:$member_names,
+                       IntArrayProp<I64Prop>:$member_positions,
+                       IntArrayProp<I64Prop>:$member_shifts);
   let regions = (region SizedRegion<1>:$body);
   let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
@@ -115,6 +138,20 @@ def LoadPlan_CheckpointOp : LoadPlan_Op<"checkpoint", [
     /// The incoming tensor.
     BlockArgument getIncoming() { return getBody().front().getArgument(0); }
     Block &getBlock() { return getBody().front(); }
+    /// Whether the op stands for members besides its own name.
+    bool hasMembers() { return !getMemberNames().empty(); }
+    /// How many names the op stands for: its own and its members'.
+    size_t getNumNames() { return 1 + getMemberNames().size(); }
+    /// Name `i` of getNumNames(): 0 is the op's own, i > 0 member i - 1.
+    StringRef getNameAt(size_t i) {
+      return i == 0 ? getName() : StringRef(getMemberNames()[i - 1]);
+    }
+    /// The bytes name `i`'s copies and writes are moved by.
+    int64_t getShiftAt(size_t i) {
+      return i == 0 ? 0 : getMemberShifts()[i - 1];
+    }
+    /// The least and greatest shift of its names (0 for the op's own).
+    std::pair<int64_t, int64_t> getShiftRange();
   }];
 }
 
