@@ -21,6 +21,7 @@ using ::loadplan_format::hex64;
 using ::loadplan_format::addSaturated;
 using ::loadplan_format::layoutFingerprint;
 using ::loadplan_format::neededBytes;
+using ::loadplan_format::forEachName;
 using ::loadplan_format::planReport;
 
 DtypeCodes::DtypeCodes(MLIRContext *context) {
@@ -84,12 +85,12 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
   FailureOr<CheckpointNames> names = collectCheckpointNames(module);
   if (failed(names))
     return failure();
-  // Each checkpoint's entry, made once; its members' are copies of it with
-  // their names and their writes moved.
-  std::vector<PlanEntry> entries;
-  entries.reserve(names->checkpoints.size());
+  // Each checkpoint's entry, in module order: its members share it
+  // (PlanMember), and the entries take the positions the members leave, as
+  // the checkpoints' own names do.
+  plan.entries.reserve(names->checkpoints.size());
   for (CheckpointOp checkpoint : names->checkpoints) {
-    PlanEntry &e = entries.emplace_back();
+    PlanEntry &e = plan.entries.emplace_back();
     e.name = checkpoint.getName().str();
     RankedTensorType type = checkpoint.getTensorType();
     e.dtype = dtypeCodes.lookup(type.getElementType());
@@ -140,25 +141,15 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
     e.kind = e.writes.empty() ? LOADPLAN_KIND_UNNEEDED : LOADPLAN_KIND_DIRECT;
   }
 
-  plan.entries.reserve(names->names.size());
-  if (!names->hasMembers) {
-    plan.entries = std::move(entries);
+  if (!names->hasMembers)
     return plan;
-  }
-  for (CheckpointNames::Name n : names->names) {
-    CheckpointOp checkpoint = names->op(n);
-    if (n.index == 0) {
-      plan.entries.push_back(entries[n.checkpoint]);
-      continue;
-    }
-    PlanEntry &e = plan.entries.emplace_back(entries[n.checkpoint]);
-    e.name = checkpoint.getNameAt(n.index).str();
-    // The verifier checks that a shift is whole elements of each write.
-    int64_t shift = checkpoint.getShiftAt(n.index);
-    for (PlanWrite &w : e.writes)
-      w.offset += shift / static_cast<int64_t>(loadplan_dtype_size(
-                              ::loadplan_format::writtenDtype(e.dtype, w)));
-  }
+  plan.members.reserve(names->names.size() - names->checkpoints.size());
+  for (auto [c, checkpoint] : llvm::enumerate(names->checkpoints))
+    for (size_t i = 1; i < checkpoint.getNumNames(); ++i)
+      plan.members.push_back(PlanMember{
+          checkpoint.getNameAt(i).str(), static_cast<uint32_t>(c),
+          static_cast<uint32_t>(checkpoint.getMemberPositions()[i - 1]),
+          checkpoint.getShiftAt(i)});
   return plan;
 }
 
@@ -209,11 +200,12 @@ void loadplan::printPlanJson(const Plan &plan, raw_ostream &os) {
         });
     });
     j.attributeObject("entries", [&] {
-      for (const PlanEntry &e : plan.entries) {
+      forEachName(plan, [&](const PlanEntry &e, StringRef name,
+                            int64_t shift) {
         counts[e.kind] += 1;
         bytes[e.kind] = addSaturated(bytes[e.kind], neededBytes(e));
         writes += e.writes.size();
-        j.attributeObject(e.name, [&] {
+        j.attributeObject(name, [&] {
           j.attribute("kind",
                       getKindName(static_cast<loadplan_entry_kind_t>(e.kind)));
           j.attribute("dtype", loadplan_dtype_name(e.dtype));
@@ -238,7 +230,8 @@ void loadplan::printPlanJson(const Plan &plan, raw_ostream &os) {
                 if (w.convertTo)
                   j.attribute("convert_to", loadplan_dtype_name(w.convertTo));
                 j.attributeObject("region", [&] {
-                  j.attribute("offset", w.offset);
+                  j.attribute("offset",
+                              ::loadplan_format::movedOffset(e.dtype, w, shift));
                   j.attributeBegin("shape");
                   ints(w.shape);
                   j.attributeEnd();
@@ -249,10 +242,10 @@ void loadplan::printPlanJson(const Plan &plan, raw_ostream &os) {
               });
           });
         });
-      }
+      });
     });
     j.attributeObject("stats", [&] {
-      j.attribute("names", static_cast<int64_t>(plan.entries.size()));
+      j.attribute("names", static_cast<int64_t>(plan.numNames()));
       j.attribute("direct", counts[LOADPLAN_KIND_DIRECT]);
       j.attribute("fallback", counts[LOADPLAN_KIND_FALLBACK]);
       j.attribute("unneeded", counts[LOADPLAN_KIND_UNNEEDED]);

@@ -26,6 +26,7 @@ namespace loadplan {
 using Plan = ::loadplan_format::Plan;
 using PlanBox = ::loadplan_format::PlanBox;
 using PlanEntry = ::loadplan_format::PlanEntry;
+using PlanMember = ::loadplan_format::PlanMember;
 using PlanTarget = ::loadplan_format::PlanTarget;
 using PlanWrite = ::loadplan_format::PlanWrite;
 

@@ -50,15 +50,18 @@ class Record:
     record (an int tuple, see ``_ir.record_line``) or a line of IR text.
     ``text`` says whether any is text."""
 
-    __slots__ = ("name", "shape", "dtype", "lines", "text", "_next")
+    __slots__ = ("name", "shape", "dtype", "lines", "text", "_next", "checkpoint")
 
-    def __init__(self, name: str, shape: tuple[int, ...], dtype: torch.dtype):
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, type_id: int):
         self.name = name
         self.shape = shape
         self.dtype = dtype
         self.lines: list[str | TargetRead | tuple[int, ...]] = []
         self.text = False
         self._next = 0
+        # What _native.compile_records takes for the name, unless it is
+        # text: the records are its lines, which grow in place.
+        self.checkpoint = (name, type_id, self.lines)
 
     def fresh(self) -> int:
         value = self._next
@@ -194,7 +197,7 @@ class Sink:
             shape, dtype = tuple(meta.shape), meta.dtype
             # A name handed out again (the loader read ahead of a stop)
             # starts a fresh block: its earlier trace is never replayed.
-            record = Record(name, shape, dtype)
+            record = Record(name, shape, dtype, self.type_id(shape, dtype))
             if not self.records and self.pending:
                 record.lines.extend(self.pending)
                 record.text = True
@@ -598,15 +601,20 @@ class Sink:
         and per name in arrival order ``(name, type, records)``, or None for
         the next checkpoint of the text."""
         blocks: list[list[str]] = []
-        checkpoints: list[tuple | None] = []
-        for name, meta in self.metas.items():
-            record = self.records.get(name)
+        records = self.records
+        # Nearly every name is a record's own tuple; the rest are looked at
+        # again below.
+        checkpoints: list[tuple | None] = [
+            record.checkpoint if (record := records.get(name)) is not None and not record.text
+            else None
+            for name in self.metas]
+        names = list(self.metas)
+        for index in [i for i, c in enumerate(checkpoints) if c is None]:
+            name = names[index]
+            meta = self.metas[name]
+            record = records.get(name)
             if record is None:  # its loader never saw it
-                checkpoints.append((name, self.type_id(tuple(meta.shape), meta.dtype), ()))
-            elif record.text:
-                blocks.append(self._block(name, record, meta))
-                checkpoints.append(None)
+                checkpoints[index] = (name, self.type_id(tuple(meta.shape), meta.dtype), ())
             else:
-                checkpoints.append((name, self.type_id(record.shape, record.dtype),
-                                    record.lines))
+                blocks.append(self._block(name, record, meta))
         return self._module(title, blocks), self.types, checkpoints

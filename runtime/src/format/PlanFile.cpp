@@ -38,9 +38,10 @@ static void writePayload(const Plan &plan, Writer &p) {
     p.i64s(t.shape);
     p.i64s(t.stride);
   }
-  p.u32(static_cast<uint32_t>(plan.entries.size()));
-  for (const PlanEntry &e : plan.entries) {
-    p.str(e.name);
+  p.u32(static_cast<uint32_t>(plan.numNames()));
+  forEachName(plan, [&](const PlanEntry &e, std::string_view name,
+                        int64_t shift) {
+    p.str(name);
     p.u8(e.kind);
     p.u32(e.dtype);
     p.u32(static_cast<uint32_t>(e.shape.size()));
@@ -59,12 +60,12 @@ static void writePayload(const Plan &plan, Writer &p) {
       p.u32(w.target);
       p.u32(w.box);
       p.u32(w.convertTo);
-      p.i64(w.offset);
+      p.i64(movedOffset(e.dtype, w, shift));
       p.u32(static_cast<uint32_t>(w.shape.size()));
       p.i64s(w.shape);
       p.i64s(w.stride);
     }
-  }
+  });
 }
 
 /// The payload's size in bytes.

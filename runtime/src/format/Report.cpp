@@ -43,18 +43,18 @@ std::string loadplan_format::planReport(const Plan &plan, std::string_view how) 
   // Reasons in the order they first appear, each with its names.
   std::vector<std::pair<std::string_view, std::vector<std::string_view>>> byReason;
   std::unordered_map<std::string_view, size_t> reasonIndex;
-  for (const PlanEntry &e : plan.entries) {
+  forEachName(plan, [&](const PlanEntry &e, std::string_view name, int64_t) {
     if (e.kind <= LOADPLAN_KIND_UNNEEDED) {
       counts[e.kind] += 1;
       bytes[e.kind] = addSaturated(bytes[e.kind], neededBytes(e));
     }
     if (!e.reason)
-      continue;
+      return;
     auto [it, inserted] = reasonIndex.try_emplace(*e.reason, byReason.size());
     if (inserted)
       byReason.push_back({*e.reason, {}});
-    byReason[it->second].second.push_back(e.name);
-  }
+    byReason[it->second].second.push_back(name);
+  });
   std::string out;
   for (const auto &[reason, names] : byReason) {
     out += "load plan: " + std::to_string(names.size()) + " fallback names, e.g. [";
@@ -67,7 +67,7 @@ std::string loadplan_format::planReport(const Plan &plan, std::string_view how) 
     out += reason;
     out += "\n";
   }
-  out += "load plan: " + std::to_string(plan.entries.size()) + " names: " +
+  out += "load plan: " + std::to_string(plan.numNames()) + " names: " +
          std::to_string(counts[LOADPLAN_KIND_DIRECT]) + " direct (" +
          mib(bytes[LOADPLAN_KIND_DIRECT]) + " MiB), " +
          std::to_string(counts[LOADPLAN_KIND_FALLBACK]) + " fallback (" +

@@ -77,11 +77,84 @@ struct PlanEntry {
   std::vector<PlanWrite> writes;
 };
 
+/// A name whose entry is another's but for its name and where its writes
+/// go (the compiler's checkpoints with members: a layer's experts, say):
+/// entries[entry]'s kind, dtype, shape, reason and boxes, and its writes
+/// with each offset moved by `shift` bytes (whole elements of the dtype
+/// written). It is the plan's name at `position`.
+struct PlanMember {
+  std::string name;
+  uint32_t entry = 0;
+  uint32_t position = 0;
+  int64_t shift = 0;
+};
+
 struct Plan {
   std::vector<uint64_t> storageSizes;
   std::vector<PlanTarget> targets;
   std::vector<PlanEntry> entries;
+  /// Names that share an entry; the file holds each as an entry of its own.
+  /// Positions count every name: members take theirs, the entries the
+  /// others in order. They are distinct and below the number of names
+  /// (the compiler's are); one that is not comes after all the others.
+  std::vector<PlanMember> members;
+
+  /// The entries and the members of an entry (one of no entry is left
+  /// out: there is nothing to write for it).
+  size_t numNames() const {
+    size_t n = entries.size();
+    for (const PlanMember &m : members)
+      n += m.entry < entries.size();
+    return n;
+  }
 };
+
+/// Calls `fn(entry, name, shift)` for every name of `plan` in order (of
+/// numNames()): an entry with its own name and a shift of 0, or a member
+/// with the entry it shares (see PlanMember).
+template <typename Fn> void forEachName(const Plan &plan, Fn &&fn) {
+  if (plan.members.empty()) {
+    for (const PlanEntry &e : plan.entries)
+      fn(e, std::string_view(e.name), int64_t(0));
+    return;
+  }
+  auto member = [&](const PlanMember &m) {
+    fn(plan.entries[m.entry], std::string_view(m.name), m.shift);
+  };
+  constexpr uint32_t kFree = UINT32_MAX;
+  std::vector<uint32_t> atPosition(plan.numNames(), kFree);
+  std::vector<uint32_t> misplaced;
+  for (uint32_t i = 0; i < plan.members.size(); ++i) {
+    if (plan.members[i].entry >= plan.entries.size())
+      continue; // no entry to write it with
+    uint32_t p = plan.members[i].position;
+    if (p < atPosition.size() && atPosition[p] == kFree)
+      atPosition[p] = i;
+    else
+      misplaced.push_back(i);
+  }
+  size_t next = 0;
+  for (uint32_t slot : atPosition) {
+    if (slot != kFree)
+      member(plan.members[slot]);
+    else if (next < plan.entries.size())
+      fn(plan.entries[next], std::string_view(plan.entries[next].name),
+         int64_t(0)), ++next;
+  }
+  for (uint32_t i : misplaced)
+    member(plan.members[i]);
+}
+
+/// A write's offset moved by `shift` bytes, in elements of the dtype it
+/// writes for an entry of `entryDtype`.
+inline int64_t movedOffset(uint32_t entryDtype, const PlanWrite &w,
+                           int64_t shift) {
+  if (shift == 0)
+    return w.offset;
+  int64_t size = static_cast<int64_t>(
+      loadplan_dtype_size(writtenDtype(entryDtype, w)));
+  return size ? w.offset + shift / size : w.offset;
+}
 
 /// The fingerprint of a live layout (plan_format.h): of `targets`, in order.
 /// Any container of PlanTargets will do, so that the runtime's targets,
