@@ -76,6 +76,9 @@ loadplan_python::CapturedRecords readRecords(std::string text,
   PyObject *list = recordSequence(checkpoints.ptr(), "checkpoints");
   Py_ssize_t n = PySequence_Fast_GET_SIZE(list);
   r.checkpoints.resize(n);
+  // A view and a copy of rank 2 are about 24 ints: one allocation at the
+  // size most captures need, not a doubling vector's twenty.
+  r.ops.reserve(static_cast<size_t>(n) * 24);
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject *item = PySequence_Fast_GET_ITEM(list, i);
     if (item == Py_None)

@@ -289,7 +289,7 @@ PLAN_FILES = [
     ("bad_magic", lambda d: b"NOTAPLAN" + d[8:], {}, _runtime.InvalidPlan,
      '{path}: not a plan file: the magic is not "LOADPLAN"', False),
     ("bad_version", lambda d: _edit(d, _flip(9)), {}, _runtime.InvalidPlan,
-     "{path}: plan format version 258 is not supported (this runtime reads version 2)",
+     "{path}: plan format version 259 is not supported (this runtime reads version 3)",
      False),
     ("damaged_payload", lambda d: _edit(d, _flip(60)), {}, _runtime.InvalidPlan,
      "{path}: checksum mismatch: the header says {hex} but the payload hashes to {hex} "
@@ -534,7 +534,7 @@ SCHEDULE_BYTES = [
     ("empty", lambda d: b"", "schedule: truncated: 0 bytes, but the header alone takes 40",
      False),
     ("a_plan_file", None, 'schedule: not a schedule file: the magic is not "LPSCHEDL"', False),
-    ("bad_version", lambda d: _edit(d, _flip(9)), "schedule: version 257 is not 1", False),
+    ("bad_version", lambda d: _edit(d, _flip(9)), "schedule: version 258 is not 2", False),
     ("bad_header_size", lambda d: _edit(d, _flip(12)), "schedule: header size 41 is not 40",
      False),
     ("truncated", lambda d: d[:-1],

@@ -459,7 +459,7 @@ std::unique_ptr<Plan> loadplan::parsePlan(const uint8_t *data, size_t size) {
     invalid(concat(available - payloadSize,
                    " bytes follow the payload the header announces"));
   const uint8_t *payload = data + LOADPLAN_PLAN_HEADER_SIZE;
-  uint64_t actual = loadplan_fnv1a64(LOADPLAN_FNV1A64_INIT, payload, available);
+  uint64_t actual = loadplan_checksum64(payload, available);
   if (actual != checksum)
     invalid(concat("checksum mismatch: the header says ", hex64(checksum),
                    " but the payload hashes to ", hex64(actual),

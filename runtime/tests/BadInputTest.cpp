@@ -171,15 +171,15 @@ std::vector<PlanCase> planCases() {
       {"BadMagic", bytesOf([](auto &b) { b[7] = 'X'; }), kInvalidPlan,
        "not a plan file: the magic is not \"LOADPLAN\""},
       {"BadVersion",
-       bytesOf([](auto &b) { storeU32(b.data() + FileHeader::kVersionAt, 3); }),
+       bytesOf([](auto &b) { storeU32(b.data() + FileHeader::kVersionAt, 4); }),
        kInvalidPlan,
-       "plan format version 3 is not supported (this runtime reads version "
-       "2)"},
+       "plan format version 4 is not supported (this runtime reads version "
+       "3)"},
       {"OldVersion",
-       bytesOf([](auto &b) { storeU32(b.data() + FileHeader::kVersionAt, 1); }),
+       bytesOf([](auto &b) { storeU32(b.data() + FileHeader::kVersionAt, 2); }),
        kInvalidPlan,
-       "plan format version 1 is not supported (this runtime reads version "
-       "2); the plan was written by an older compiler: compile it again"},
+       "plan format version 2 is not supported (this runtime reads version "
+       "3); the plan was written by an older compiler: compile it again"},
       {"BadHeaderSize", bytesOf([](auto &b) {
          storeU32(b.data() + FileHeader::kHeaderSizeAt, 32);
        }),
@@ -190,8 +190,8 @@ std::vector<PlanCase> planCases() {
       {"BytesAfterPayload", bytesOf([](auto &b) { b.push_back(0); }),
        kInvalidPlan, "1 bytes follow the payload the header announces"},
       {"ChecksumMismatch", bytesOf([](auto &b) { b[60] ^= 1; }), kInvalidPlan,
-       "checksum mismatch: the header says 0x392c5fff9ebcb0f3 but the payload "
-       "hashes to 0x7a82d6c21e23edbc (the file is damaged)"},
+       "checksum mismatch: the header says 0xb68c399b8685bd7f but the payload "
+       "hashes to 0x2525f74b62e25849 (the file is damaged)"},
       {"FingerprintNotOfTargets",
        bytesOf([](auto &b) { b[FileHeader::kFingerprintAt] ^= 1; }),
        kInvalidPlan,

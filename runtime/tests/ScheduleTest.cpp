@@ -487,7 +487,7 @@ TEST_F(ScheduleFile, RefusesBadHeaders) {
   EXPECT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN, "not a schedule file"));
   b = bytes;
   b[FileHeader::kVersionAt] = 9;
-  EXPECT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN, "version 9 is not 1"));
+  EXPECT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN, "version 9 is not 2"));
   b = bytes;
   b.push_back(0);
   EXPECT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN,

@@ -35,7 +35,7 @@ module {
   }
 }
 
-// CHECK:      "version": 2,
+// CHECK:      "version": 3,
 // CHECK-NEXT: "fingerprint": "{{[0-9a-f]{16}"}},
 // CHECK-NEXT: "targets": [
 // CHECK-NEXT:   {

@@ -11,7 +11,7 @@
  *            u32  header_size = 40
  *            u64  fingerprint   (of the target layout, see below)
  *            u64  payload_size  (bytes after the header)
- *            u64  checksum      (loadplan_fnv1a64 of the payload)
+ *            u64  checksum      (loadplan_checksum64 of the payload)
  *
  *   payload: u32 num_storages, then per storage:  u64 size_bytes
  *            u32 num_targets,  then per target:
@@ -36,8 +36,9 @@
  * byte_offset in its storage). Boxes, and the bytes an update sends, are in
  * the entry's dtype.
  *
- * Version 2 added convert_to; a version 1 plan is refused (compile it
- * again).
+ * Version 2 added convert_to; version 3 made the checksum XXH64 (it was
+ * FNV-1a, a byte at a time: a tenth of a compile at 50,000 names). Plans
+ * of earlier versions are refused (compile them again).
  *
  * The fingerprint is loadplan_fnv1a64 over, for each target in order: its
  * module and tensor (each as u64 length then bytes), then storage,
@@ -58,7 +59,7 @@ extern "C" {
 
 #define LOADPLAN_PLAN_MAGIC "LOADPLAN"
 #define LOADPLAN_PLAN_MAGIC_SIZE 8
-#define LOADPLAN_PLAN_VERSION 2u
+#define LOADPLAN_PLAN_VERSION 3u
 #define LOADPLAN_PLAN_HEADER_SIZE 40u
 
 /* Kinds of a checkpoint name. */
@@ -171,6 +172,78 @@ static inline uint64_t loadplan_fnv1a64_str(uint64_t hash, const char *data,
                                             size_t size) {
   hash = loadplan_fnv1a64_u64(hash, (uint64_t)size);
   return loadplan_fnv1a64(hash, data, size);
+}
+
+/* The files' checksum: XXH64 with seed 0 (xxHash's 64-bit hash), over
+ * four lanes of 8-byte words, so that it runs at memory speed rather than a
+ * multiply per byte. */
+static inline uint64_t loadplan_checksum64_rotl(uint64_t x, int r) {
+  return (x << r) | (x >> (64 - r));
+}
+
+static inline uint64_t loadplan_checksum64_read64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i)
+    v = (v << 8) | p[i];
+  return v;
+}
+
+static inline uint64_t loadplan_checksum64_round(uint64_t acc, uint64_t input) {
+  acc += input * 0xC2B2AE3D27D4EB4Full;
+  return loadplan_checksum64_rotl(acc, 31) * 0x9E3779B185EBCA87ull;
+}
+
+static inline uint64_t loadplan_checksum64_merge(uint64_t acc, uint64_t lane) {
+  acc ^= loadplan_checksum64_round(0, lane);
+  return acc * 0x9E3779B185EBCA87ull + 0x85EBCA77C2B2AE63ull;
+}
+
+static inline uint64_t loadplan_checksum64(const void *data, size_t size) {
+  const uint64_t p1 = 0x9E3779B185EBCA87ull, p2 = 0xC2B2AE3D27D4EB4Full,
+                 p3 = 0x165667B19E3779F9ull, p4 = 0x85EBCA77C2B2AE63ull,
+                 p5 = 0x27D4EB2F165667C5ull;
+  const unsigned char *p = (const unsigned char *)data;
+  const unsigned char *end = p + size;
+  uint64_t h;
+  if (size >= 32) {
+    uint64_t v1 = p1 + p2, v2 = p2, v3 = 0, v4 = 0 - p1;
+    for (; end - p >= 32; p += 32) {
+      v1 = loadplan_checksum64_round(v1, loadplan_checksum64_read64(p));
+      v2 = loadplan_checksum64_round(v2, loadplan_checksum64_read64(p + 8));
+      v3 = loadplan_checksum64_round(v3, loadplan_checksum64_read64(p + 16));
+      v4 = loadplan_checksum64_round(v4, loadplan_checksum64_read64(p + 24));
+    }
+    h = loadplan_checksum64_rotl(v1, 1) + loadplan_checksum64_rotl(v2, 7) +
+        loadplan_checksum64_rotl(v3, 12) + loadplan_checksum64_rotl(v4, 18);
+    h = loadplan_checksum64_merge(h, v1);
+    h = loadplan_checksum64_merge(h, v2);
+    h = loadplan_checksum64_merge(h, v3);
+    h = loadplan_checksum64_merge(h, v4);
+  } else {
+    h = p5;
+  }
+  h += (uint64_t)size;
+  for (; end - p >= 8; p += 8) {
+    h ^= loadplan_checksum64_round(0, loadplan_checksum64_read64(p));
+    h = loadplan_checksum64_rotl(h, 27) * p1 + p4;
+  }
+  if (end - p >= 4) {
+    uint64_t v = (uint64_t)p[0] | ((uint64_t)p[1] << 8) |
+                 ((uint64_t)p[2] << 16) | ((uint64_t)p[3] << 24);
+    h ^= v * p1;
+    h = loadplan_checksum64_rotl(h, 23) * p2 + p3;
+    p += 4;
+  }
+  for (; p < end; ++p) {
+    h ^= (uint64_t)*p * p5;
+    h = loadplan_checksum64_rotl(h, 11) * p1;
+  }
+  h ^= h >> 33;
+  h *= p2;
+  h ^= h >> 29;
+  h *= p3;
+  h ^= h >> 32;
+  return h;
 }
 
 /* Adds one target to a fingerprint (see the file comment). */

@@ -14,7 +14,7 @@
  *            u32  header_size = 40
  *            u64  fingerprint   (of the inputs, see below)
  *            u64  payload_size  (bytes after the header)
- *            u64  checksum      (loadplan_fnv1a64 of the payload)
+ *            u64  checksum      (loadplan_checksum64 of the payload)
  *
  *   payload: u32 engine (loadplan_engine_t), u32 world_size, u32 num_rounds
  *            u32 num_tensors, then per tensor:
@@ -60,6 +60,9 @@
  * plan_fingerprint, plan_digest), hashed the same way: equal inputs give
  * equal fingerprints.
  *
+ * Version 2 made the checksum XXH64, as plan files' version 3 did; a
+ * version 1 schedule is refused (make it again).
+ *
 \*===----------------------------------------------------------------------===*/
 
 #ifndef LOADPLAN_SCHEDULE_FORMAT_H
@@ -73,7 +76,7 @@ extern "C" {
 
 #define LOADPLAN_SCHEDULE_MAGIC "LPSCHEDL"
 #define LOADPLAN_SCHEDULE_MAGIC_SIZE 8
-#define LOADPLAN_SCHEDULE_VERSION 1u
+#define LOADPLAN_SCHEDULE_VERSION 2u
 #define LOADPLAN_SCHEDULE_HEADER_SIZE 40u
 
 /* How updates reach the receivers. */

@@ -44,8 +44,8 @@ uint64_t loadplan_format::writeHeader(ByteWriter &file, const char *magic,
 
 uint64_t loadplan_format::resealHeader(uint8_t *file, size_t size) {
   size_t payloadSize = size - FileHeader::kSize;
-  uint64_t checksum = loadplan_fnv1a64(LOADPLAN_FNV1A64_INIT,
-                                       file + FileHeader::kSize, payloadSize);
+  uint64_t checksum =
+      loadplan_checksum64(file + FileHeader::kSize, payloadSize);
   storeU64(file + FileHeader::kPayloadSizeAt, payloadSize);
   storeU64(file + FileHeader::kChecksumAt, checksum);
   return checksum;

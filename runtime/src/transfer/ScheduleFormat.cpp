@@ -236,7 +236,7 @@ std::unique_ptr<Schedule> loadplan::transfer::parseSchedule(const uint8_t *data,
     invalid(concat("the header says ", payloadSize, " payload bytes but ",
                    size - LOADPLAN_SCHEDULE_HEADER_SIZE, " follow"));
   const uint8_t *payload = data + LOADPLAN_SCHEDULE_HEADER_SIZE;
-  uint64_t actual = loadplan_fnv1a64(LOADPLAN_FNV1A64_INIT, payload, payloadSize);
+  uint64_t actual = loadplan_checksum64(payload, payloadSize);
   if (actual != checksum)
     invalid(concat("checksum ", hex64(actual), " of the payload is not the "
                    "header's ", hex64(checksum)));

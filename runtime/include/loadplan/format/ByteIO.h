@@ -3,7 +3,8 @@
 // What plan_format.h and schedule_format.h lay out, one way each: integers
 // little-endian and strings as a u32 length then their bytes, appended by
 // ByteWriter and read back by ByteReader with every read bounds checked;
-// the 40-byte header both files start with; and FNV-1a over integers and
+// the 40-byte header both files start with, whose checksum is
+// loadplan_checksum64 (XXH64) of the payload; and FNV-1a over integers and
 // strings for their fingerprints and digests, computed by plan_format.h's
 // functions. Plain C++17, no LLVM: the compiler and the runtime share it.
 //
@@ -218,7 +219,7 @@ private:
 
 /// The header plan and schedule files share: char magic[8], u32 version,
 /// u32 header_size, u64 fingerprint, u64 payload_size and u64 checksum
-/// (loadplan_fnv1a64 of the payload), at these offsets.
+/// (loadplan_checksum64 of the payload), at these offsets.
 struct FileHeader {
   static constexpr size_t kMagicSize = 8, kVersionAt = 8, kHeaderSizeAt = 12,
                           kFingerprintAt = 16, kPayloadSizeAt = 24,
