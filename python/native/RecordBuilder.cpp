@@ -60,8 +60,8 @@ private:
   /// The values of the block being built; [0] is the incoming tensor.
   SmallVector<Value> values;
   SmallVector<FlatSymbolRefAttr> targets;
-  /// A checkpoint that names with the same records but the copy's offset
-  /// join as members, by those records (see groupKey).
+  /// By group key (see groupKey): the first name's checkpoint, which the
+  /// later names with that key join as members, and its copy's offset.
   struct Group {
     CheckpointOp op;
     int64_t offset;
@@ -280,10 +280,12 @@ RecordBuilder::buildCheckpoint(const CapturedRecords::Checkpoint &ck) {
 }
 
 /// Whether `ck` can share a checkpoint with others: its records are views
-/// and one copy, which is well formed. The key is then its type and its
-/// records with the copy's offset left out, and `offset` and `itemSize` the
-/// copy's offset and element size. Anything else is built on its own, and
-/// the builder or the verifier says what is wrong with it.
+/// and at most one copy, which is well formed. The key is then its type
+/// and its records with the copy's offset left out, and `offset` and
+/// `itemSize` the copy's offset and element size (0 and 1 without a copy:
+/// another rank's expert, say, which its loader only narrows). Anything
+/// else is built on its own, and the builder or the verifier says what is
+/// wrong with it.
 bool RecordBuilder::groupKey(const CapturedRecords::Checkpoint &ck,
                              int64_t &offset, int64_t &itemSize) {
   if (ck.begin > ck.end || ck.end > records.ops.size() || ck.type < 0 ||
@@ -291,6 +293,8 @@ bool RecordBuilder::groupKey(const CapturedRecords::Checkpoint &ck,
     return false;
   ArrayRef<int64_t> ops(records.ops.data() + ck.begin, ck.end - ck.begin);
   key.assign(1, ck.type);
+  offset = 0;
+  itemSize = 1;
   bool copied = false;
   while (!ops.empty()) {
     int64_t n = ops.front();
@@ -316,7 +320,7 @@ bool RecordBuilder::groupKey(const CapturedRecords::Checkpoint &ck,
     }
     ops = ops.drop_front(1 + n);
   }
-  return copied;
+  return true;
 }
 
 LogicalResult RecordBuilder::run() {

@@ -16,8 +16,9 @@ namespace loadplan_python {
 /// `nameLocations`, each built op is at its checkpoint's NameLoc; without,
 /// at an unknown location (for a compile that reports nothing of them; see
 /// compileRecords). With `groupNames`, a name whose records are views and
-/// one copy, the same as an earlier name's but for the copy's offset in the
-/// same target, is a member of that name's checkpoint, moved by the bytes
+/// at most one copy, the same as an earlier name's but for the copy's
+/// offset in the same target, is a member of that name's checkpoint, moved
+/// by the bytes
 /// between the offsets (a layer's experts, say: the passes then reduce one
 /// block for all of them). A record that does not fit (an unknown code, a
 /// value or type out of range, a wrong field count) is an error diagnostic

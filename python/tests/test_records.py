@@ -257,3 +257,22 @@ def test_a_failed_compile_of_members_reports_each_name_at_its_own(loader_model):
         _native.compile_records(text, types, cks)
     first = refused.value.diagnostics[0]
     assert first.startswith('loc("e.1"): error: ') and "declared twice" in first, first
+
+
+def test_names_another_rank_loads_are_members_too(loader_model):
+    """A loader that only narrows the names another rank holds (no copy):
+    they are members of one checkpoint, unneeded each, as in the text."""
+    def load(m, name, w):
+        i = int(name.split(".")[1])
+        view = w.narrow(0, 0, 4)
+        if i < 2:
+            m.p.narrow(0, i * 4, 4).copy_(view)
+
+    metas = [ParamMeta(f"e.{i}", (8,), BF16) for i in range(6)]
+    captured = capture(loader_model({"p": ((8,), BF16)}, load), metas)
+    out = compile_capture(captured, print_ir=True)
+    head = next(line for line in out["ir"].splitlines() if '"e.2"' in line)
+    assert 'members ["e.3" at 3 moved 0, "e.4" at 4 moved 0, "e.5" at 5 moved 0]' in head, head
+    assert out["plan"] == compile_ir(captured.ir)["plan"]
+    plan = loadplan.plan_loads(loader_model({"p": ((8,), BF16)}, load), metas)
+    assert [plan.entries[m.name].kind for m in metas] == ["direct"] * 2 + ["unneeded"] * 4
