@@ -123,6 +123,7 @@ void DetectFallbacksPass::runOnOperation() {
   // keys are the ops' own names, which outlive the map.
   SmallVector<CheckpointOp> &checkpoints = names->checkpoints;
   llvm::DenseMap<StringRef, size_t> byName;
+  byName.reserve(names->names.size());
   bool failedNames = false;
   for (CheckpointNames::Name n : names->names) {
     StringRef name = names->name(n);

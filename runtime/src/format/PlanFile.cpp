@@ -3,6 +3,8 @@
 #include "loadplan/format/PlanFile.h"
 #include "loadplan/format/ByteIO.h"
 
+#include <cstring>
+
 using namespace loadplan_format;
 
 namespace {
@@ -17,6 +19,32 @@ struct ByteCounter {
   void i64(int64_t) { size += 8; }
   void str(std::string_view s) { size += 4 + s.size(); }
   void i64s(const std::vector<int64_t> &values) { size += 8 * values.size(); }
+};
+
+/// Writes into a buffer that a ByteCounter sized: a store per field, where
+/// a ByteWriter appends to a string (at 8 MB of fields of 4 and 8 bytes,
+/// the append calls were half the encoding).
+struct BufferWriter {
+  uint8_t *at;
+  void u8(uint8_t v) { *at++ = v; }
+  void u32(uint32_t v) {
+    storeU32(at, v);
+    at += 4;
+  }
+  void u64(uint64_t v) {
+    storeU64(at, v);
+    at += 8;
+  }
+  void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
+  void str(std::string_view s) {
+    u32(static_cast<uint32_t>(s.size()));
+    std::memcpy(at, s.data(), s.size());
+    at += s.size();
+  }
+  void i64s(const std::vector<int64_t> &values) {
+    for (int64_t v : values)
+      i64(v);
+  }
 };
 } // namespace
 
@@ -75,20 +103,24 @@ static size_t payloadSize(const Plan &plan) {
   return counter.size;
 }
 
+/// `plan`'s payload at `offset` of a string sized for it.
+static std::string payloadAt(const Plan &plan, size_t offset) {
+  std::string bytes(offset + payloadSize(plan), '\0');
+  BufferWriter writer{reinterpret_cast<uint8_t *>(bytes.data()) + offset};
+  writePayload(plan, writer);
+  return bytes;
+}
+
 std::string loadplan_format::encodePlan(const Plan &plan) {
-  ByteWriter file = startFile();
-  file.bytes.reserve(file.bytes.size() + payloadSize(plan));
-  writePayload(plan, file);
+  ByteWriter file;
+  file.bytes = payloadAt(plan, FileHeader::kSize);
   writeHeader(file, LOADPLAN_PLAN_MAGIC, LOADPLAN_PLAN_VERSION,
               layoutFingerprint(plan.targets));
   return std::move(file.bytes);
 }
 
 std::string loadplan_format::encodePlanPayload(const Plan &plan) {
-  ByteWriter payload;
-  payload.bytes.reserve(payloadSize(plan));
-  writePayload(plan, payload);
-  return std::move(payload.bytes);
+  return payloadAt(plan, 0);
 }
 
 std::string loadplan_format::framePlan(std::string_view payload,
