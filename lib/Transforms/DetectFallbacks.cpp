@@ -102,17 +102,17 @@ void DetectFallbacksPass::runOnOperation() {
   // name by name. (A checkpoint with members holds none of them.)
   if (names->hasMembers) {
     bool byNames = false;
-    for (CheckpointOp checkpoint : names->checkpoints)
-      if (!checkpoint.hasMembers())
-        for (Operation &op : checkpoint.getBlock())
-          if (auto apply = dyn_cast<ApplyOp>(op))
-            byNames |= apply.getNamesAttr() != nullptr;
-          else
-            byNames |= isa<ReadTargetOp>(op);
+    for (CheckpointOp checkpoint : names->checkpoints) {
+      if (checkpoint.hasMembers())
+        continue;
+      for (Operation &op : checkpoint.getBlock()) {
+        auto apply = dyn_cast<ApplyOp>(op);
+        byNames |= apply ? apply.getNamesAttr() != nullptr
+                         : isa<ReadTargetOp>(op);
+      }
+    }
     if (byNames) {
-      if (failed(expandCheckpointGroups(module)))
-        return signalPassFailure();
-      names = collectCheckpointNames(module);
+      names = expandCheckpointGroups(module);
       if (failed(names))
         return signalPassFailure();
     }

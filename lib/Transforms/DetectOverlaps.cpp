@@ -85,9 +85,7 @@ void DetectOverlapsPass::runOnOperation() {
         return pair.value() >= 0 &&
                names->op(names->names[pair.index()]).hasMembers();
       })) {
-    if (failed(expandCheckpointGroups(module)))
-      return signalPassFailure();
-    names = collectCheckpointNames(module);
+    names = expandCheckpointGroups(module);
     if (failed(names))
       return signalPassFailure();
   }

@@ -75,12 +75,10 @@ static void moveDestinations(Block &block, int64_t shift) {
   }
 }
 
-LogicalResult loadplan::expandCheckpointGroups(ModuleOp module) {
+FailureOr<CheckpointNames> loadplan::expandCheckpointGroups(ModuleOp module) {
   FailureOr<CheckpointNames> names = collectCheckpointNames(module);
-  if (failed(names))
-    return failure();
-  if (!names->hasMembers)
-    return success();
+  if (failed(names) || !names->hasMembers)
+    return names;
   Block *body = module.getBody();
   OpBuilder builder(module.getContext());
   for (CheckpointNames::Name n : names->names) {
@@ -104,7 +102,7 @@ LogicalResult loadplan::expandCheckpointGroups(ModuleOp module) {
     props.member_positions.clear();
     props.member_shifts.clear();
   }
-  return success();
+  return collectCheckpointNames(module);
 }
 
 namespace {

@@ -333,16 +333,14 @@ LogicalResult RecordBuilder::run() {
       llvm::to_vector(module.getOps<CheckpointOp>());
   size_t nextText = 0;
   Block *body = module.getBody();
-  // Every name's position in arrival order, text ones too.
-  int64_t position = 0;
-  for (const CapturedRecords::Checkpoint &ck : records.checkpoints) {
+  // A name's position in arrival order is its index, text ones counted.
+  for (auto [position, ck] : llvm::enumerate(records.checkpoints)) {
     if (ck.type < 0) {
       if (nextText == texts.size())
         return emitError(module.getLoc())
                << "captured records: more text checkpoints named than the "
                   "text holds";
       ++nextText;
-      ++position;
       continue;
     }
     int64_t offset, itemSize, shift;
@@ -357,7 +355,6 @@ LogicalResult RecordBuilder::run() {
         props.member_names.emplace_back(ck.name);
         props.member_positions.push_back(position);
         props.member_shifts.push_back(shift);
-        ++position;
         continue;
       }
     }
@@ -370,7 +367,6 @@ LogicalResult RecordBuilder::run() {
       return failure();
     if (grouped)
       groups.try_emplace(keyBytes, Group{*op, offset});
-    ++position;
   }
   if (nextText != texts.size())
     return emitError(module.getLoc())

@@ -45,8 +45,9 @@ FailureOr<CheckpointNames> collectCheckpointNames(ModuleOp module);
 
 /// Makes every member of a checkpoint with members a checkpoint of its own
 /// (the block, its copies and writes moved by the member's shift), and
-/// puts the checkpoints in arrival order. Fails as collectCheckpointNames.
-LogicalResult expandCheckpointGroups(ModuleOp module);
+/// puts the checkpoints in arrival order; returns the names of the module
+/// it leaves. Fails as collectCheckpointNames.
+FailureOr<CheckpointNames> expandCheckpointGroups(ModuleOp module);
 
 } // namespace loadplan
 } // namespace mlir

@@ -135,11 +135,12 @@ template <typename Fn> void forEachName(const Plan &plan, Fn &&fn) {
   }
   size_t next = 0;
   for (uint32_t slot : atPosition) {
-    if (slot != kFree)
+    if (slot != kFree) {
       member(plan.members[slot]);
-    else if (next < plan.entries.size())
-      fn(plan.entries[next], std::string_view(plan.entries[next].name),
-         int64_t(0)), ++next;
+    } else if (next < plan.entries.size()) {
+      const PlanEntry &e = plan.entries[next++];
+      fn(e, std::string_view(e.name), int64_t(0));
+    }
   }
   for (uint32_t i : misplaced)
     member(plan.members[i]);
