@@ -409,8 +409,13 @@ def _sent(weights: dict, name: str, bad) -> dict:
 
 
 NORM = "model.norm.weight"  # bf16 (320,)
-FROM_SENDER = "load plan: rank 0 (sender 0): "
-FROM_RECEIVER = "load plan: rank 1 (receiver 0): "
+# What every rank reads of a rank that refuses the update (its inputs,
+# before any byte moves), fails it (while the bytes move) or refuses the
+# set-up (making the endpoints).
+FROM_SENDER = "load plan: rank 0 (sender 0) refused the update: "
+FROM_RECEIVER = "load plan: rank 1 (receiver 0) refused the update: "
+SENDER_FAILED = "load plan: rank 0 (sender 0) failed the update: "
+RECEIVER_SET_UP = "load plan: rank 1 (receiver 0) refused the set-up: "
 
 
 def _sender_input(bad: Callable[[dict], dict], message: str):
@@ -450,13 +455,13 @@ TRANSFERS = {
         f"load plan: {NORM!r} is list; this sender holds torch.bfloat16 (320,) on cpu"),
     "missing_name": _sender_input(
         lambda w: _sent(w, NORM, None),
-        f"load plan: send needs exactly the held names; missing [{NORM!r}], not held []"),
+        f"load plan: the update of sender rank 0 lacks 1 names this rank holds, e.g. [{NORM!r}]"),
     "extra_name": _sender_input(
         lambda w: _sent(w, "nope", torch.zeros(1)),
-        "load plan: send needs exactly the held names; missing [], not held ['nope']"),
+        "load plan: the update of sender rank 0 has 1 names it does not hold, e.g. ['nope']"),
     "peer_fails_mid_update": dict(
         send=lambda w: w, fail_round=0,
-        **_everyone(FROM_SENDER + "debug_fail_round: this rank failed on purpose at round 0")),
+        **_everyone(SENDER_FAILED + "debug_fail_round: this rank failed on purpose at round 0")),
     "receiver_tensor_replaced": dict(
         send=lambda w: w, replace=NORM,
         sender=(TransferError, FROM_RECEIVER + f"load plan: {NORM} is not the tensor the plan "
@@ -465,11 +470,11 @@ TRANSFERS = {
                   "(it was replaced or moved); plan again")),
     "schedule_of_another_layout": dict(
         send=None, tells="tp2_rank0",
-        **_everyone(FROM_RECEIVER + "receiver 0: the plan (fingerprint {hex}) is not the one "
+        **_everyone(RECEIVER_SET_UP + "receiver 0: the plan (fingerprint {hex}) is not the one "
                     "the schedule was made for (fingerprint {hex}); build the schedule again")),
     "schedule_of_another_rank": dict(
         send=None, model="tp2_rank1", tells="tp2_rank0",
-        **_everyone(FROM_RECEIVER + "receiver 0: the plan is not the one the schedule was made "
+        **_everyone(RECEIVER_SET_UP + "receiver 0: the plan is not the one the schedule was made "
                     "for: both are of layout {hex} but their entries, boxes or writes differ (a "
                     "plan of another rank?); build the schedule again")),
     "schedule_damaged_on_its_way": dict(

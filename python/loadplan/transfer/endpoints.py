@@ -144,9 +144,11 @@ class Endpoint:
         self._transfer.update(held, stream)
         return self.stats
 
-    def _fail(self, error: Exception, code_name: str) -> None:
-        """Fails the update on every rank with ``error`` (this rank cannot
-        take part), then raises ``error`` here."""
+    def fail(self, error: Exception, code_name: str = "invalid_update") -> None:
+        """Collective: fails this update on every rank with ``error`` (this
+        rank cannot take part: its inputs are bad, say), then raises
+        ``error`` here. The other ranks' error says that this rank refused
+        the update, and why."""
         if self._transfer is not None:
             try:
                 self._transfer.fail(_runtime.status_code(code_name), str(error))
@@ -315,7 +317,7 @@ class Sender(Endpoint):
             try:
                 given = quantize_given(given, self._quantized, self.device)
             except ValueError as e:
-                self._fail(e, "invalid_update")  # on every rank
+                self.fail(e, "invalid_update")  # on every rank
         cuda = self.device.type == "cuda"
         if self._batch.read(given, _runtime.DEVICE_CUDA if cuda else _runtime.DEVICE_CPU,
                             self.device.index if cuda else 0):
@@ -326,8 +328,13 @@ class Sender(Endpoint):
             missing = [n for n in self.holdings if n not in given]
             extra = [n for n in given if n not in self.holdings]
             if missing or extra:
-                raise ValueError(f"load plan: send needs exactly the held names; missing "
-                                 f"{missing[:5]}, not held {extra[:5]}")
+                what = []
+                if missing:
+                    what.append(f"lacks {len(missing)} names this rank holds, e.g. {missing[:5]}")
+                if extra:
+                    what.append(f"has {len(extra)} names it does not hold, e.g. {extra[:5]}")
+                raise ValueError(f"load plan: the update of sender rank {self.rank} "
+                                 f"{' and '.join(what)}")
             for name, box in self.holdings.items():
                 meta, t = self.metadata[name], given[name]
                 shape = meta.shape if box is None else tuple(b - a for a, b in box)
@@ -340,7 +347,7 @@ class Sender(Endpoint):
                 if problem := checks.not_dense(t):
                     raise ValueError(f"load plan: {name!r} is {problem}")
         except ValueError as e:
-            self._fail(e, "invalid_update")  # on every rank
+            self.fail(e, "invalid_update")  # on every rank
         held, keep = [], []
         for name, box in self.holdings.items():
             meta = self.metadata[name]
@@ -425,7 +432,7 @@ class Receiver(Endpoint):
         try:
             checks.check_layout(self.model, self.plan)
         except RuntimeError as e:
-            self._fail(e, "fingerprint_mismatch")  # on every rank
+            self.fail(e, "fingerprint_mismatch")  # on every rank
         stats = self._update([])
         if self.fallbacks and load_fallbacks:
             with torch.no_grad():

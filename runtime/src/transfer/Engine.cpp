@@ -400,8 +400,12 @@ void Engine::agree(const std::optional<StatusError> &local, uint64_t phase,
       auto code = static_cast<loadplan_status_code_t>(all[p].code);
       if (code > LOADPLAN_STATUS_INTERNAL)
         code = LOADPLAN_STATUS_INTERNAL;
+      // Before any byte moves a rank refuses (its inputs); after, it fails.
+      const char *did = phase == kCreate     ? " refused the set-up: "
+                        : phase == kValidate ? " refused the update: "
+                                             : " failed the update: ";
       throw StatusError(code,
-                        concat("rank ", p, roleOf(p), ": ",
+                        concat("rank ", p, roleOf(p), did,
                                std::string(all[p].text,
                                            std::min<size_t>(all[p].size,
                                                             sizeof all[p].text))));

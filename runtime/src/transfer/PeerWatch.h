@@ -65,7 +65,7 @@ public:
 
   /// The first peer noticed gone, or -1.
   int first() const { return firstGone.load(); }
-  /// Why `peer` is gone ("rank 1 closed its connection"); "" while it is not.
+  /// Why `peer` is gone ("rank 1 is gone: its connection closed ..."); "" while it is not.
   std::string why(int peer) const;
 
 private:

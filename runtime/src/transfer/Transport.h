@@ -39,12 +39,15 @@ constexpr uint64_t kWatchTag = kAgreementTag - 1;
 
 /// What a transport says when a peer's connection ended, as every
 /// connection of a process that dies does: closed (the peer's end shut) or
-/// reset (it shut with bytes unread).
+/// reset (it shut with bytes unread). A rank that is alive and fails an
+/// update says why instead (Engine::agree).
 inline std::string closedBy(int peer) {
-  return "rank " + std::to_string(peer) + " closed its connection";
+  return "rank " + std::to_string(peer) +
+         " is gone: its connection closed (it exited or was killed)";
 }
 inline std::string resetBy(int peer) {
-  return "connection reset by rank " + std::to_string(peer);
+  return "rank " + std::to_string(peer) +
+         " is gone: its connection was reset (it exited or was killed)";
 }
 
 class Transport {
