@@ -4,6 +4,7 @@ torch.distributed process group, a torch Store, or one made from an
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import itertools
 import logging
@@ -12,6 +13,8 @@ import random
 import socket
 from pathlib import Path
 from typing import Any
+
+from .schedule import transfer_error
 
 logger = logging.getLogger("loadplan")
 
@@ -153,24 +156,50 @@ class Rendezvous:
             logger.debug("load plan: store get failed: %s", e)
             raise
 
+    @contextlib.contextmanager
+    def _store_errors(self, doing: str, keys: dict[int, str] | None = None):
+        """The store's errors as TransferErrors that say what this rank was
+        doing and, for a timeout, which ranks it waited for (``keys``: rank
+        -> the key each was to set)."""
+        dist = self.dist
+        try:
+            yield
+        except dist.DistNetworkError as e:
+            raise transfer_error(
+                f"load plan: rank {self.rank} lost the rendezvous store while {doing}: the "
+                f"process that serves it is gone (rank 0's, where rank 0 made it: it exited or "
+                f"was killed) ({type(e).__name__}: {e})", "io_error") from None
+        except dist.DistStoreError as e:
+            waited = ""
+            if keys:
+                with contextlib.suppress(Exception):
+                    late = [r for r, k in keys.items() if not self.store.check([k])]
+                    waited = f" for ranks {late}" if late else ""
+            raise transfer_error(
+                f"load plan: rank {self.rank} waited {self.timeout.total_seconds():g} s{waited} "
+                f"while {doing}, in vain ({type(e).__name__}: {e})", "io_error") from None
+
     def gather(self, payload: bytes) -> list[bytes] | None:
         """Every rank's payload, on rank 0 (None elsewhere)."""
         key = f"{self.prefix}/desc"
-        self.store.set(f"{key}/{self.rank}", payload)
-        if self.rank != 0:
-            return None
-        keys = [f"{key}/{r}" for r in range(self.world_size)]
-        self.store.wait(keys, self.timeout)
-        return [self.store.get(k) for k in keys]
+        keys = {r: f"{key}/{r}" for r in range(self.world_size)}
+        with self._store_errors("handing in its set-up data", keys):
+            self.store.set(keys[self.rank], payload)
+            if self.rank != 0:
+                return None
+            self.store.wait(list(keys.values()), self.timeout)
+            return [self.store.get(k) for k in keys.values()]
 
     def settle(self) -> None:
         """Every rank has what rank 0 handed out: rank 0, whose store the
         others may be reading (it serves a TCPStore it made), waits for all
         before it goes on, or away."""
         key = f"{self.prefix}/settled"
-        self.store.set(f"{key}/{self.rank}", b"1")
-        if self.rank == 0:
-            self.store.wait([f"{key}/{r}" for r in range(self.world_size)], self.timeout)
+        keys = {r: f"{key}/{r}" for r in range(self.world_size)}
+        with self._store_errors("waiting for every rank to take the schedule", keys):
+            self.store.set(keys[self.rank], b"1")
+            if self.rank == 0:
+                self.store.wait(list(keys.values()), self.timeout)
 
     def broadcast(self, payload: bytes | None, what: str) -> bytes:
         """Rank 0's payload, on every rank."""
@@ -179,8 +208,9 @@ class Rendezvous:
             self.dist.broadcast_object_list(box, src=self._global(0), group=self.group)
             return box[0]
         key = f"{self.prefix}/{what}"
-        if self.rank == 0:
-            self.store.set(key, payload)
-            return payload
-        self.store.wait([key], self.timeout)
-        return self.store.get(key)
+        with self._store_errors(f"waiting for rank 0's {what}", {0: key}):
+            if self.rank == 0:
+                self.store.set(key, payload)
+                return payload
+            self.store.wait([key], self.timeout)
+            return self.store.get(key)
