@@ -286,6 +286,64 @@ def test_destination_with_no_whole_element_offset_gets_the_element_size_reason()
         "fallback", "copies into a destination viewed with another element size")
 
 
+class Reporting(torch.nn.Module):
+    """vLLM's load_weights contract: it returns the names of the
+    parameters it loaded. ``q`` takes the checkpoint's ``a``; ``b`` goes
+    to ``loader``."""
+
+    def __init__(self, loader):
+        super().__init__()
+        self.q = torch.nn.Parameter(torch.zeros(4, dtype=F32), requires_grad=False)
+        self.r = torch.nn.Parameter(torch.zeros(4, dtype=F32), requires_grad=False)
+        self.loader = loader
+
+    def load_weights(self, weights):
+        loaded = set()
+        for name, w in weights:
+            if name == "a":
+                self.q.copy_(w)
+                loaded.add("q")
+            elif self.loader(self, w):
+                loaded.add("r")
+        return loaded
+
+
+METAS_AB = [ParamMeta("a", (4,), F32), ParamMeta("b", (4,), F32)]
+
+
+def test_a_loader_that_reports_loading_what_no_name_wrote_is_refused():
+    # A loader that returns without writing (a stale wrapper, say) but is
+    # reported as loaded: its names would be "not needed", and r stale.
+    with pytest.raises(RuntimeError, match=r"load_weights reports loading 'r', but no declared "
+                       r"name was written into it while tracing; the names it wrote nothing "
+                       r"of include \['b'\]"):
+        loadplan.plan_loads(Reporting(lambda m, w: True), METAS_AB)
+    # One that skips the name and says so: b is not needed on this rank.
+    plan = loadplan.plan_loads(Reporting(lambda m, w: False), METAS_AB)
+    assert [e.kind for e in plan.entries.values()] == ["direct", "unneeded"]
+    # One that writes it: both direct.
+    plan = loadplan.plan_loads(Reporting(lambda m, w: m.r.copy_(w) is not None), METAS_AB)
+    assert [e.kind for e in plan.entries.values()] == ["direct", "direct"]
+
+
+def test_a_loader_that_raises_is_named_with_its_shapes(loader_model):
+    def load(m, name, w):
+        param = m.p
+        assert param.shape == w.shape
+        param.copy_(w)
+
+    m = loader_model({"p": ((4, 2), F32)}, load)
+    with pytest.raises(RuntimeError) as e:
+        loadplan.plan_loads(m, [ParamMeta("w", (3, 2), F32)])
+    message = str(e.value)
+    assert message.startswith("load plan: load_weights failed on 'w' (declared float32 [3, 2]): "
+                              "AssertionError"), message
+    # (pytest adds its own text to the assertion's)
+    assert "tests/test_capture.py:" in message and "`assert param.shape == w.shape`" in message
+    assert message.endswith("(w: float32 [3, 2] (the incoming 'w'); param: float32 [4, 2])"), \
+        message
+
+
 def test_names_are_escaped_in_the_ir(loader_model):
     name = 'odd "name" \\ with é and\nnewline'
     m = loader_model({"p": ((2,), F32)}, lambda m, n, w: m.p.copy_(w))

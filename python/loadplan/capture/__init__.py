@@ -37,7 +37,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import os
+import traceback
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -128,6 +131,10 @@ class Capture:
         self._title = title
         self._ir: str | None = None
         self.targets: Targets = sink.targets
+        # For each module of ``fallback_modules``, the names whose loader
+        # writes into its tensors, in arrival order.
+        self.module_names: dict[str, list[str]] = {
+            module: list(names) for module, names in sink.module_names.items()}
 
     @property
     def ir(self) -> str:
@@ -142,6 +149,69 @@ class Capture:
             return self._sink.records_for_compiler(self._title)
 
 
+def _shape(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).removeprefix('torch.')} {list(t.shape)}"
+
+
+def failure_text(error: BaseException, sink: Sink) -> str:
+    """What a loader that raised while tracing was doing: the name it was
+    loading with its declared dtype and shape, the line that raised, and
+    the tensors that line had at hand."""
+    record = sink.current
+    what = "load_weights failed"
+    if record is not None:
+        what += (f" on {record.name!r} (declared {str(record.dtype).removeprefix('torch.')} "
+                 f"{list(record.shape)})")
+    text = f"{what}: {type(error).__name__}"
+    if str(error):
+        text += f": {error}"
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return text
+    frame = traceback.extract_tb(tb, limit=1)[0]
+    path = "/".join(Path(frame.filename).parts[-4:])
+    text += f", at {path}:{frame.lineno}"
+    if frame.line:
+        text += f" `{frame.line.strip()}`"
+    tensors = [
+        f"{k}: {_shape(v)}" + (f" (the incoming {v._record.name!r})"
+                              if isinstance(v, TraceTensor) else "")
+        for k, v in tb.tb_frame.f_locals.items() if isinstance(v, torch.Tensor)
+    ]
+    if tensors:
+        text += f" ({'; '.join(tensors[:6])})"
+    return text
+
+
+def check_claims(model: torch.nn.Module, claimed: list[str], sink: Sink) -> None:
+    """Refuses a capture in which the loader reports loading a parameter or
+    buffer that no name was written into: the names meant for it would be
+    planned as not needed, and it would keep its old values."""
+    if not claimed:
+        return
+    tensors = dict(model.named_parameters(remove_duplicate=False))
+    tensors.update(model.named_buffers(remove_duplicate=False))
+    unwritten = [n for n in dict.fromkeys(claimed)
+                 if (t := tensors.get(n)) is not None and t.numel()
+                 and storage_key(t) not in sink.written_keys]
+    if not unwritten:
+        return
+    silent = [n for n in sink.metas if n not in sink.writers]
+
+    def near(first: str) -> list[str]:
+        shared = lambda n: len(os.path.commonprefix([n, first]))  # noqa: E731
+        return sorted(silent, key=lambda n: -shared(n))[:4]
+
+    first = unwritten[0]
+    more = f" (and {len(unwritten) - 1} more, e.g. {unwritten[1:4]})" if len(unwritten) > 1 else ""
+    raise RuntimeError(
+        f"load plan: load_weights reports loading {first!r}{more}, but no declared name was "
+        f"written into it while tracing; the names it wrote nothing of include "
+        f"{near(first)}: a loader that writes nothing would leave them stale on every update")
+
+
 def capture(model: torch.nn.Module, metadata: Mapping[str, Any] | Iterable[Any], *,
             fallback_modules: Mapping[str, str] | None = None) -> Capture:
     """Runs ``model.load_weights`` over one trace per declared name and
@@ -151,9 +221,16 @@ def capture(model: torch.nn.Module, metadata: Mapping[str, Any] | Iterable[Any],
     loader copies into a parameter or buffer of one of those modules (its
     own, not its submodules') falls back with that reason.
 
+    Where ``load_weights`` returns the names of the parameters it loaded
+    (as vLLM's models do), each of them must have been written while
+    tracing: a loader that reports loading a parameter it wrote nothing
+    into would leave it stale on every update.
+
     Raises:
-        RuntimeError: the loader failed, or used a trace it kept across
-            names or after planning.
+        RuntimeError: the loader failed (the message names the checkpoint
+            name it was loading, its declared dtype and shape, and where it
+            failed), reports loading a parameter no name wrote, or used a
+            trace it kept across names or after planning.
     """
     if isinstance(metadata, Mapping):
         metas = dict(metadata)
@@ -163,18 +240,22 @@ def capture(model: torch.nn.Module, metadata: Mapping[str, Any] | Iterable[Any],
     # The tensors stay referenced through the capture, so their storage keys
     # are not reused.
     flagged = [
-        (t, reason)
+        (t, prefix, reason)
         for prefix, reason in (fallback_modules or {}).items()
         for t in _own_tensors(model.get_submodule(prefix))
     ]
-    sink = Sink(targets, metas, {storage_key(t): reason for t, reason in flagged})
+    sink = Sink(targets, metas,
+                {storage_key(t): (prefix, reason) for t, prefix, reason in flagged})
     names = list(metas)
     start = 0
+    claimed: list[str] = []  # what the calls that ran to their end report
     try:
         with torch.no_grad(), paused_gc(), _TargetGuard(sink):
             while start < len(names):
                 try:
-                    model.load_weights(sink.weights(names[start:]))
+                    loaded = model.load_weights(sink.weights(names[start:]))
+                    if isinstance(loaded, (set, frozenset, list, tuple)):
+                        claimed += [n for n in loaded if isinstance(n, str)]
                     break
                 except Stopped as stop:
                     # Resume after the name that stopped (not after the last
@@ -192,8 +273,9 @@ def capture(model: torch.nn.Module, metadata: Mapping[str, Any] | Iterable[Any],
     except Exception as e:
         if isinstance(e, RuntimeError) and str(e).startswith("load plan:"):
             raise
-        raise RuntimeError(f"load plan: tracing load_weights failed: {e!r}") from e
+        raise RuntimeError(f"load plan: {failure_text(e, sink)}") from e
     finally:
         sink.closed = True
+    check_claims(model, claimed, sink)
     title = f"Captured by loadplan from {type(model).__qualname__}.load_weights"
     return Capture(sink, title)

@@ -167,11 +167,14 @@ class Sink:
     and the guard call."""
 
     def __init__(self, targets: Targets, metas: Mapping[str, Any],
-                 fallback_storages: Mapping[int, str] | None = None):
+                 fallback_storages: Mapping[int, tuple[str, str]] | None = None):
         self.targets = targets
         self.metas = metas
-        # Storage key -> the reason a copy into it makes its name fall back.
+        # Storage key -> (module, reason): a copy into it makes its name
+        # fall back with the reason.
         self.fallback_storages = dict(fallback_storages or {})
+        # Module of fallback_storages -> the names written into it, in order.
+        self.module_names: dict[str, dict[str, None]] = {}
         # Each name's incoming meta tensor, made before the capture's mode is
         # on (inside it each would cost a dispatch).
         self._incoming = {name: torch.empty(tuple(m.shape), dtype=m.dtype, device=META)
@@ -184,6 +187,10 @@ class Sink:
         self.pending: list[str] = []
         # Storages a name writes (copy_ or an in-place op from a trace).
         self.written: set[str] = set()
+        # The storage keys of every real tensor written (by a name, or by a
+        # constant write), and the names that wrote any.
+        self.written_keys: set[int] = set()
+        self.writers: set[str] = set()
         self.closed = False
         # The records' type table: (shape, dtype code), and its index.
         self.types: list[tuple[tuple[int, ...], int]] = []
@@ -391,7 +398,14 @@ class Sink:
         record = src._record
         self.current = record
         target, offset = self.targets.locate(dest)
-        reason = self.fallback_storages.get(storage_key(dest))
+        key = storage_key(dest)
+        self.written_keys.add(key)
+        self.writers.add(record.name)
+        flagged = self.fallback_storages.get(key)
+        reason = None
+        if flagged is not None:
+            module, reason = flagged
+            self.module_names.setdefault(module, {})[record.name] = None
         if reason is None and offset is not None and _ir.has_element_type(dest.dtype):
             # A copy the compiler reduces: a record, with no text to format.
             self.written.add(target.storage)
@@ -470,6 +484,11 @@ class Sink:
                     f": ({in_types}) -> ()",
                 )
             for real in written:
+                key = storage_key(real)
+                self.written_keys.add(key)
+                self.writers.add(record.name)
+                if (flagged := self.fallback_storages.get(key)) is not None:
+                    self.module_names.setdefault(flagged[0], {})[record.name] = None
                 target, _ = self.targets.locate(real)
                 into = ""
                 if target is not None:
@@ -552,7 +571,10 @@ class Sink:
                 self._emit(self.current, TargetRead(on_storage[0].storage, line))
 
     def constant_write(self, func: Any, dest: torch.Tensor) -> None:
-        if not isinstance(dest, torch.Tensor) or not _ir.has_element_type(dest.dtype):
+        if not isinstance(dest, torch.Tensor):
+            return
+        self.written_keys.add(storage_key(dest))
+        if not _ir.has_element_type(dest.dtype):
             return
         target, offset = self.targets.locate(dest)
         if target is None or offset is None:
