@@ -20,7 +20,7 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -88,16 +88,24 @@ def metadata(spec: Spec, variant: str | None = None):
                     out.append(ParamMeta(name, dtype, shape))
     if variant == "unknown_name":  # a tensor the model has no place for
         out.append(ParamMeta("model.layers.0.mlp.bogus_proj.weight", torch.bfloat16, (4, 4)))
+    elif variant == "reversed":  # the same names, declared and sent the other way round
+        out.reverse()
+    elif variant == "float32":  # float32 for every bf16 weight
+        out = [replace(m, dtype=torch.float32) for m in out]
+    elif variant == "wrong_shape":  # the first 2-D weight a row short
+        k = next(i for i, m in enumerate(out) if len(m.shape) == 2)
+        out[k] = replace(out[k], shape=(out[k].shape[0] - 1, *out[k].shape[1:]))
     return out
 
 
-def weights(spec: Spec, round_: int) -> list[tuple[str, torch.Tensor]]:
+def weights(spec: Spec, round_: int, variant: str | None = None) -> list[tuple[str, torch.Tensor]]:
     """The checkpoint of round ``round_`` as the engine serves it (an fp8
-    engine's weights quantized as ``quantize_blocks`` does)."""
+    engine's weights quantized as ``quantize_blocks`` does), as a trainer
+    declaring ``variant`` sends it."""
     from loadplan.vllm import tiny
 
     out = []
-    for m in metadata(spec):
+    for m in metadata(spec, variant):
         t = round_tensor(m.name, m.shape, m.dtype, spec.seed, round_)
         out += tiny.fp8_quantized(m.name, t) if spec.fp8 else [(m.name, t)]
     return out
@@ -105,7 +113,7 @@ def weights(spec: Spec, round_: int) -> list[tuple[str, torch.Tensor]]:
 
 def make_source(spec: Spec, rank: int, variant: str | None = None):
     """A vLLM ``WeightSource`` of each round's weights, as trainer ``rank``
-    holds them; ``variant`` declares a bad checkpoint (see ``metadata``)."""
+    holds them; ``variant``: the checkpoint it declares (see ``metadata``)."""
     from functools import cached_property
 
     from vllm.distributed.weight_transfer.base import WeightSource
@@ -201,11 +209,23 @@ def _digest(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
+def _fresh(spec: Spec, tp_rank: int, init: str, ws) -> torch.nn.Module:
+    """A model built and loaded from ``ws`` as vLLM's loader does at start-up:
+    the other reference an update is compared with."""
+    from loadplan.vllm import tiny
+
+    config, model = tiny.build(spec.model_dir, tp_size=spec.tp, rank=tp_rank, init_method=init,
+                               expert_parallel=spec.expert_parallel)
+    tiny.load(config, model, ws)
+    return model
+
+
 def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
     try:
         _setup_process(spec)
         from vllm.config import WeightTransferConfig
         from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+        from vllm.logger import configure_logging
 
         from loadplan.vllm import tiny
 
@@ -213,6 +233,9 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
         initial = tiny.checkpoint(spec.model_dir)
         config, model = tiny.build(spec.model_dir, tp_size=spec.tp, rank=tp_rank,
                                    init_method=init, expert_parallel=spec.expert_parallel)
+        # What vLLM's worker process does first (multiproc_executor).
+        if (logging_config := getattr(config, "logging_config", None)) is not None:
+            configure_logging(logging_config)
         tiny.load(config, model, initial)
         ref_config, reference = tiny.build(spec.model_dir, tp_size=spec.tp, rank=tp_rank,
                                            init_method=init,
@@ -227,6 +250,7 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
     from multiprocessing.connection import wait
 
     conns = [conn, *trainer_conns]
+    last_error = None  # of the engine's calls, for the tests to read
     while True:
         ready = wait(conns)
         source = ready[0]
@@ -246,9 +270,13 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
                 result = engine.update_weights(arg)
             elif method == "finish_weight_update":
                 result = engine.finish_weight_update()
-            elif method == "reference":  # vLLM's own reload of round `arg`
-                tiny.vllm_reload(ref_config, reference, weights(spec, arg))
-                result = _compare(model, reference)
+            elif method == "check":  # round `arg[0]` as declared by variant `arg[1]`
+                ws = weights(spec, *arg)
+                tiny.vllm_reload(ref_config, reference, ws)
+                fresh = _fresh(spec, tp_rank, init, ws)
+                result = {"vllm": _compare(model, reference), "fresh": _compare(model, fresh),
+                          "references": _compare(reference, fresh)}
+                del fresh
             elif method == "time_reference":  # vLLM's own reload, timed
                 ws = weights(spec, arg)
                 t0 = time.perf_counter()
@@ -258,6 +286,8 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
                 result = _compare(model, reference)
             elif method == "digest":
                 result = _digest(model)
+            elif method == "last_error":
+                result, last_error = last_error, None
             elif method == "plan":
                 plan = engine.plan
                 result = None if plan is None else {
@@ -273,7 +303,9 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
                 raise ValueError(f"unknown method {method!r}")
             source.send(("ok", result))
         except BaseException as e:
-            source.send(("error", f"{type(e).__name__}: {e}"))
+            last_error = f"{type(e).__name__}: {e}"
+            with contextlib.suppress(OSError):  # a trainer that died reads nothing
+                source.send(("error", last_error))
 
 
 class PipeClient:
@@ -329,18 +361,20 @@ def trainer_main(conn, spec: Spec, rank: int, worker_conns) -> None:
         method, arg = conn.recv()
         try:
             if method == "send":
-                want = (arg.get("variant"), arg.get("wrong_dtype"), arg.get("wrong_shape"))
-                if want != getattr(engine.source, "want", (None, None, None)):
+                want = (arg.get("variant"), arg.get("wrong_dtype"), arg.get("wrong_shape"),
+                        arg.get("missing"))
+                if want != getattr(engine.source, "want", (None,) * 4):
                     engine.source = make_source(spec, rank, want[0])
                     engine.source.want = want
-                    if want[1]:
-                        _break_source(engine.source, want[1], "dtype")
-                    if want[2]:
-                        _break_source(engine.source, want[2], "shape")
+                    for suffix, how in zip(want[1:], ("dtype", "shape", "missing")):
+                        if suffix:
+                            _break_source(engine.source, suffix, how)
                 source = engine.source
                 source.prepare(arg["round"])
                 if arg.get("die_after_s") is not None:
                     _die_later(arg["die_after_s"])
+                if arg.get("die_in_set_up"):
+                    _die_in_set_up()
                 t0 = time.perf_counter()
                 engine.send_weights()
                 result = time.perf_counter() - t0
@@ -355,6 +389,14 @@ def trainer_main(conn, spec: Spec, rank: int, worker_conns) -> None:
             conn.send(("error", f"{type(e).__name__}: {e}"))
 
 
+def _die_in_set_up() -> None:
+    """The process exits as it hands in its part of the endpoints' set-up
+    (after it asked the workers to update)."""
+    from loadplan.transfer.rendezvous import Rendezvous
+
+    Rendezvous.gather = lambda self, payload: os._exit(9)
+
+
 def _die_later(seconds: float) -> None:
     import threading
 
@@ -363,7 +405,8 @@ def _die_later(seconds: float) -> None:
 
 def _break_source(source, name_suffix: str, how: str) -> None:
     """The source yields one tensor in another dtype (``how="dtype"``) or
-    shape (``"shape"``: a row short) than declared."""
+    shape (``"shape"``: a row short) than declared, or not at all
+    (``"missing"``)."""
     original = source.iter_local, source.iter_full
 
     def broken(t):
@@ -371,13 +414,16 @@ def _break_source(source, name_suffix: str, how: str) -> None:
 
     def wrap(it):
         for name, t in it():
-            yield name, (broken(t) if name.endswith(name_suffix) else t)
+            if not name.endswith(name_suffix):
+                yield name, t
+            elif how != "missing":
+                yield name, broken(t)
 
     source.iter_local = lambda: wrap(original[0])
     source.iter_full = lambda: wrap(original[1])
 
 
-TRAINER_STARTS = 3
+TRAINER_STARTS = 8
 
 
 class Cluster:
@@ -436,18 +482,23 @@ class Cluster:
         """Every trainer rank sends round ``round_``; returns each rank's
         result ("ok", seconds) or ("error", message). ``faults``:
         ``die_after_s={rank: s}`` kills a trainer rank that long into the
-        update; ``wrong_dtype={rank: suffix}`` / ``wrong_shape={rank:
+        update, ``die_in_set_up={rank, ...}`` as it sets up its endpoint;
+        ``wrong_dtype={rank: suffix}`` / ``wrong_shape={rank:
         suffix}`` makes a rank's source yield a tensor in another dtype or
-        shape than declared; ``variant`` declares a bad checkpoint."""
+        shape than declared; ``missing={rank: suffix}``: not at all;
+        ``variant``: the checkpoint the trainer declares (``metadata``)."""
         die = faults.get("die_after_s", {})
+        die_in_set_up = faults.get("die_in_set_up", set())
         dtype, shape = faults.get("wrong_dtype", {}), faults.get("wrong_shape", {})
+        missing = faults.get("missing", {})
         for r, c in enumerate(self.trainer_conns):
             c.send(("send", {"round": round_, "die_after_s": die.get(r),
                              "wrong_dtype": dtype.get(r), "wrong_shape": shape.get(r),
+                             "missing": missing.get(r), "die_in_set_up": r in die_in_set_up,
                              "variant": faults.get("variant")}))
         out = []
         for r, c in enumerate(self.trainer_conns):
-            if r in die:
+            if r in die or r in die_in_set_up:
                 out.append(("died", None))
                 continue
             if not c.poll(self.spec.timeout * 2):
@@ -461,6 +512,20 @@ class Cluster:
         for c in self.worker_conns:
             c.send((method, arg))
         return [self._expect_result(c, method) for c in self.worker_conns]
+
+    def last_errors(self, timeout: float = 60.0) -> list:
+        """Each worker's error of its last failed call, waiting for it (a
+        worker may not have failed yet when asked first)."""
+        deadline = time.monotonic() + timeout
+        errors = [None] * len(self.worker_conns)
+        while True:
+            for i, c in enumerate(self.worker_conns):
+                if errors[i] is None:
+                    c.send(("last_error", None))
+                    errors[i] = self._expect(c, "last_error")
+            if None not in errors or time.monotonic() > deadline:
+                return errors
+            time.sleep(0.5)
 
     def _expect_result(self, conn, what):
         return self._expect(conn, what)

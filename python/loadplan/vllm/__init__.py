@@ -19,6 +19,9 @@ See docs/vllm.md.
 from __future__ import annotations
 
 BACKEND = "loadplan"
+# A child of vLLM's logger (``init_logger`` names): what the backend logs
+# reaches a vLLM process's output with vLLM's own lines.
+LOGGER_NAME = "vllm.loadplan"
 
 
 def register() -> None:

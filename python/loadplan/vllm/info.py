@@ -15,8 +15,7 @@ from vllm.distributed.weight_transfer.base import (
 )
 
 from ..transfer import DEFAULT_STAGING_CAP, ENGINES
-
-BACKEND = "loadplan"
+from . import BACKEND
 TRANSPORTS = ("gloo", "nccl")
 
 
@@ -145,6 +144,11 @@ class LoadplanWeightTransferUpdateInfo(WeightTransferUpdateInfo):
 def plan_version_key(session: str, worker_rank: int) -> str:
     """The store key where a worker publishes how many plans it has made."""
     return f"{session}/plan-version/{worker_rank}"
+
+
+def endpoint_name(session: str, epoch: int) -> str:
+    """The name of the transfer endpoints (Sender, Receiver) of an epoch."""
+    return f"{session}.e{epoch}"
 
 
 def epoch_key(session: str, round_: int) -> str:

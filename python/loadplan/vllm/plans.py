@@ -12,7 +12,7 @@ import logging
 import os
 from collections.abc import Sequence
 from importlib.metadata import version as _version
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -21,7 +21,7 @@ from ..plan import LoadPlan, ParamMeta
 
 logger = logging.getLogger("loadplan")
 
-FORMAT = 1
+FORMAT = 2
 
 
 def plan_dir(configured: str | None) -> Path:
@@ -72,8 +72,13 @@ class Stored:
     """What a plan file was made for."""
 
     metadata: str  # metadata_digest of the checkpoint
-    processed: tuple[str, ...]  # the modules reloaded through vLLM
+    processed: tuple[str, ...]  # the modules reloaded on every update
     observed: bool  # whether `processed` was observed, not assumed
+    # Each processed module's names (the fallbacks that write into it).
+    layer_names: dict[str, list[str]] = field(default_factory=dict)
+    # The processed modules loaded as a fresh load does (vLLM's reload
+    # does not load them).
+    fresh: tuple[str, ...] = ()
 
 
 def paths(directory: Path, key: str) -> tuple[Path, Path]:
@@ -88,7 +93,8 @@ def save(directory: Path, key: str, plan: LoadPlan, stored: Stored) -> Path:
     plan_path, meta_path = paths(directory, key)
     side = {"format": FORMAT, "key": key, "fingerprint": plan.fingerprint,
             "metadata": stored.metadata, "processed": list(stored.processed),
-            "observed": stored.observed}
+            "observed": stored.observed, "layer_names": stored.layer_names,
+            "fresh": list(stored.fresh)}
     for path, data in ((plan_path, plan.plan_bytes), (meta_path, json.dumps(side).encode())):
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_bytes(data)
@@ -107,4 +113,8 @@ def stored(directory: Path, key: str, metadata: str) -> Stored | None:
     if (not plan_path.exists() or side.get("format") != FORMAT or side.get("key") != key
             or side.get("metadata") != metadata):
         return None
-    return Stored(metadata, tuple(side.get("processed", ())), bool(side.get("observed")))
+    layer_names = side.get("layer_names", {})
+    if not isinstance(layer_names, dict):
+        return None
+    return Stored(metadata, tuple(side.get("processed", ())), bool(side.get("observed")),
+                  {k: list(v) for k, v in layer_names.items()}, tuple(side.get("fresh", ())))

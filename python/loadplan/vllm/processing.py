@@ -8,27 +8,45 @@ loads into it, runs the processing and copies the result into the live
 (kernel-format) tensors.
 
 A layer whose processing leaves every tensor as loaded gains nothing from
-that round trip: its names are written in place. Every other layer goes
-through vLLM's reload machinery, for that layer only, on every update: its
-names are fallbacks and its processing runs as vLLM runs it. Which layers
-are which is observed on the first update, when every layer that has a
-processing step goes through vLLM's path (``Observer``).
+that round trip: its names are written in place. Every other layer is
+reloaded on every update, for that layer only (``Reload``): through vLLM's
+layerwise reload where it can, and as a fresh load does where it cannot.
+vLLM's reload notices that a layer's weights arrived only through the
+weight loaders it wraps; a loader that copies around them (gpt-oss's
+experts) leaves the layer with its old weights there, and vLLM logs "Failed
+to load weights". Such a layer is loaded into its checkpoint format,
+processed and copied into the live tensors by ``Reload`` itself. Which
+layers are which is observed on the first update, when every layer that has
+a processing step is reloaded (``Observer``).
+
+None of this reads state vLLM's reload leaves behind: it records each
+layer's checkpoint format once, as meta tensors, and wraps their weight
+loaders while it reloads (``online_process_loader``, left on the recorded
+tensors after). ``checkpoint_format`` restores copies of them with the
+original loaders, so that a trace after an update sees what the first
+one saw.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import torch
+from vllm.logger import init_logger
 from vllm.model_executor.layers.attention import is_deferred_attention_layer
 from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
 from vllm.model_executor.model_loader.reload import layerwise
-from vllm.model_executor.model_loader.reload.meta import restore_layer_on_meta
+from vllm.model_executor.model_loader.reload.meta import materialize_layer, restore_layer_on_meta
+from vllm.model_executor.model_loader.reload.types import LayerReloadingInfo
 from vllm.model_executor.model_loader.reload.utils import (
     get_layer_params_buffers,
     get_layer_tensors,
 )
+
+from . import LOGGER_NAME
+
+logger = init_logger(LOGGER_NAME)
 
 REASON = "vLLM processes {module} after loading (process_weights_after_loading); it is reloaded as vLLM reloads it"
 
@@ -50,45 +68,201 @@ def reasons(names: list[str]) -> dict[str, str]:
     return {name: REASON.format(module=name or "the model") for name in names}
 
 
+def _recorded_copy(t: torch.Tensor) -> torch.Tensor:
+    """A new meta tensor like vLLM's record ``t`` (class and attributes),
+    with the weight loader the layer was built with."""
+    new = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="meta")
+    new.__class__ = t.__class__
+    new.__dict__ = t.__dict__.copy()
+    original = layerwise._get_original_loader(t)
+    if original is not layerwise._get_weight_loader(t):  # vLLM's wrapper is on it
+        new.weight_loader = original
+    return new
+
+
+def _checkpoint_info(layer: torch.nn.Module) -> LayerReloadingInfo:
+    """The layer's checkpoint format as vLLM recorded it, in tensors of its
+    own (see the module doc)."""
+    info = layerwise.get_layerwise_info(layer)
+    params, buffers = info.restore_metadata
+    return LayerReloadingInfo(
+        restore_metadata=({n: _recorded_copy(t) for n, t in params.items()},
+                          {n: _recorded_copy(t) for n, t in buffers.items()}),
+        restore_device=info.restore_device)
+
+
 @contextlib.contextmanager
 def checkpoint_format(layers: list[torch.nn.Module]) -> Iterator[None]:
     """The layers in their checkpoint format on the meta device (as vLLM's
-    reload restores them), and back to their live tensors afterwards. For
-    tracing the loader: processed layers then are no targets, and the
-    loader sees the shapes it was written for."""
+    reload restores them, with their original weight loaders), and back to
+    their live tensors afterwards. For tracing the loader: processed layers
+    then are no targets, and the loader sees the shapes it was written
+    for."""
     saved = []
     try:
         for layer in layers:
-            info = layerwise.get_layerwise_info(layer)
+            own = _checkpoint_info(layer)
             saved.append((layer, get_layer_params_buffers(layer),
                           set(layer._non_persistent_buffers_set)))
-            restore_layer_on_meta(layer, info)
+            restore_layer_on_meta(layer, own)
         yield
     finally:
         for layer, (params, buffers), non_persistent in saved:
-            for name in list(get_layer_tensors(layer)):
-                delattr(layer, name)
-            for name, param in params.items():
-                layer.register_parameter(name, param)
-            for name, buffer in buffers.items():
-                layer.register_buffer(name, buffer, persistent=name not in non_persistent)
+            _place(layer, params, buffers, non_persistent)
 
 
-def begin_reload(model: torch.nn.Module, layers: list[torch.nn.Module]) -> None:
-    """vLLM's ``initialize_layerwise_reload`` for ``layers`` only: each is
-    restored to its checkpoint format on meta, its live tensors kept, and
-    its weight loaders wrapped so that it is processed and copied back once
-    all its weights arrived (``finalize_layerwise_reload`` does the rest)."""
-    model._original_do_torchao_reload = getattr(model, "_do_torchao_reload", False)
-    model._do_torchao_reload = False
+def _place(layer: torch.nn.Module, params: dict, buffers: dict, non_persistent: set) -> None:
+    for name in list(get_layer_tensors(layer)):
+        delattr(layer, name)
+    for name, param in params.items():
+        layer.register_parameter(name, param)
+    for name, buffer in buffers.items():
+        layer.register_buffer(name, buffer, persistent=name not in non_persistent)
+
+
+def _process(layer: torch.nn.Module, dtype: torch.dtype) -> None:
+    """A layer's post-load processing as vLLM's loader runs it: its
+    quantization method's, then an attention layer's own."""
+    if hasattr(layer, "_already_called_process_weights_after_loading"):
+        delattr(layer, "_already_called_process_weights_after_loading")
+    quant_method = getattr(layer, "quant_method", None)
+    if isinstance(quant_method, QuantizeMethodBase):
+        quant_method.process_weights_after_loading(layer)
+        if hasattr(layer, "update_param_tp_status"):
+            layer.update_param_tp_status()
+    if is_deferred_attention_layer(layer):
+        layer.process_weights_after_loading(dtype)
+
+
+class Reload:
+    """One update's reload of the processed layers ``layers`` (qualified
+    name -> module), whose names ``layer_names`` says (the fallbacks that
+    write into each, from the plan's capture).
+
+    ``begin`` before the fallbacks arrive; ``load`` with them; ``finish``
+    after. Layers in ``fresh`` (and any that vLLM's reload turns out not to
+    load, which join it) are loaded as a fresh load does: into their
+    checkpoint format, processed, copied into the live tensors; the others
+    through vLLM's layerwise reload. ``load_weights`` is the model's, in the
+    caller's vLLM context."""
+
+    def __init__(self, model: torch.nn.Module, layers: Mapping[str, torch.nn.Module],
+                 layer_names: Mapping[str, Iterable[str]], fresh: set[str],
+                 load_weights: Callable[[list], object], dtype: torch.dtype):
+        self.model = model
+        self.layers = dict(layers)
+        self.layer_names = {n: list(layer_names.get(n, ())) for n in self.layers}
+        self.fresh = fresh  # shared with the caller: what joins it stays
+        self.load_weights = load_weights
+        self.dtype = dtype
+        self._begun: list[str] = []
+        self._pending: list[tuple[torch.nn.Module, LayerReloadingInfo]] = []
+
+    def begin(self) -> None:
+        """vLLM's ``initialize_layerwise_reload`` for the layers it reloads:
+        each is restored to its checkpoint format on meta, its live tensors
+        kept, and its weight loaders wrapped so that it is processed and
+        copied back once all its weights arrived (``finalize_layerwise_reload``
+        does the rest)."""
+        model = self.model
+        model._original_do_torchao_reload = getattr(model, "_do_torchao_reload", False)
+        model._do_torchao_reload = False
+        for name, layer in self.layers.items():
+            if name in self.fresh:
+                continue
+            info = layerwise.get_layerwise_info(layer)
+            if info.can_load():
+                continue
+            info.kernel_tensors = get_layer_params_buffers(layer)
+            info.kernel_non_persistent_buffers = set(layer._non_persistent_buffers_set)
+            restore_layer_on_meta(layer, info)
+            layerwise.initialize_online_processing(layer)
+            self._begun.append(name)
+
+    def load(self, fallbacks: Mapping[str, torch.Tensor]) -> None:
+        """Loads the fallback names: those of fresh layers into those
+        layers, the others through ``load_weights`` (vLLM's reload takes
+        its layers' share). Then every layer vLLM's reload did not load
+        although names arrived for it is loaded afresh."""
+        by_fresh = {n for layer in self.fresh for n in self.layer_names.get(layer, ())}
+        rest = [(n, t) for n, t in fallbacks.items() if n not in by_fresh]
+        if rest:
+            self.load_weights(rest)
+        failed = [name for name in self._begun if self._missed(name)]
+        for name in failed:
+            logger.warning(
+                "load plan: vLLM's layerwise reload did not load %s: its loader writes it "
+                "around the weight loaders vLLM watches, so vLLM's own reload keeps its old "
+                "weights (and logs 'Failed to load weights'); loadplan loads it as a fresh load "
+                "does, on this and every later update", name)
+            layer = self.layers[name]
+            info = layerwise.get_layerwise_info(layer)
+            params, buffers = info.kernel_tensors
+            _place(layer, params, buffers, info.kernel_non_persistent_buffers)
+            info.reset()
+            self.fresh.add(name)
+        todo = [name for name in self.layers if name in self.fresh and self.layer_names[name]]
+        for group in _connected(todo, self.layer_names):
+            self._load_fresh(group, fallbacks)
+
+    def _missed(self, name: str) -> bool:
+        """Whether vLLM's reload got nothing of a layer names arrived for
+        (it would put the old weights back)."""
+        info = layerwise.get_layerwise_info(self.layers[name])
+        return bool(self.layer_names[name]) and info.can_load() and info.load_numel == 0
+
+    def _load_fresh(self, group: list[str], fallbacks: Mapping[str, torch.Tensor]) -> None:
+        """Layers that share names, loaded together: each in its checkpoint
+        format on the device, the names loaded into them, then processed
+        (attention layers after vLLM's other layers, in ``finish``) and
+        copied into the live tensors."""
+        made = []
+        for name in group:
+            layer = self.layers[name]
+            own = _checkpoint_info(layer)
+            own.kernel_tensors = get_layer_params_buffers(layer)
+            own.kernel_non_persistent_buffers = set(layer._non_persistent_buffers_set)
+            restore_layer_on_meta(layer, own)
+            materialize_layer(layer, own)
+            made.append((layer, own))
+        names = dict.fromkeys(n for name in group for n in self.layer_names[name])
+        self.load_weights([(n, fallbacks[n]) for n in names if n in fallbacks])
+        for layer, own in made:
+            if is_deferred_attention_layer(layer):
+                self._pending.append((layer, own))
+            else:
+                _finish_fresh(layer, own, self.dtype)
+
+    def finish(self, model_config) -> None:
+        """vLLM's ``finalize_layerwise_reload``, then the fresh attention
+        layers."""
+        try:
+            layerwise.finalize_layerwise_reload(self.model, model_config)
+        finally:
+            pending, self._pending = self._pending, []
+        for layer, own in pending:
+            _finish_fresh(layer, own, self.dtype)
+
+
+def _finish_fresh(layer: torch.nn.Module, own: LayerReloadingInfo, dtype: torch.dtype) -> None:
+    _process(layer, dtype)
+    # vLLM's copy into the live tensors; non-persistent buffers (none is
+    # loaded) keep theirs.
+    layerwise._copy_and_restore_kernel_tensors(layer, own)
+
+
+def _connected(layers: list[str], layer_names: Mapping[str, list[str]]) -> list[list[str]]:
+    """``layers`` grouped so that layers sharing a name are in one group."""
+    groups: list[tuple[set[str], list[str]]] = []
     for layer in layers:
-        info = layerwise.get_layerwise_info(layer)
-        if info.can_load():
-            continue
-        info.kernel_tensors = get_layer_params_buffers(layer)
-        info.kernel_non_persistent_buffers = set(layer._non_persistent_buffers_set)
-        restore_layer_on_meta(layer, info)
-        layerwise.initialize_online_processing(layer)
+        names = set(layer_names[layer])
+        joined = [g for g in groups if g[0] & names]
+        for g in joined:
+            groups.remove(g)
+            names |= g[0]
+        members = [m for g in joined for m in g[1]] + [layer]
+        groups.append((names, members))
+    return [members for _, members in groups]
 
 
 def _snapshot(layer: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -125,6 +299,7 @@ class Observer:
         self._undo: list = []
 
     def __enter__(self) -> Observer:
+        self.changed = {}  # each watched update starts afresh
         wrapped: set[int] = set()
         for layer in self.layers.values():
             quant_method = getattr(layer, "quant_method", None)

@@ -43,8 +43,8 @@ from pathlib import Path
 
 import torch
 
-FAMILIES = ("llama", "qwen3", "qwen3_moe", "deepseek_v3", "mixtral", "bloom", "falcon",
-            "falcon_mq")
+FAMILIES = ("llama", "qwen2", "qwen3", "qwen3_moe", "phi3", "deepseek_v2", "deepseek_v3",
+            "gpt_oss", "mixtral", "bloom", "falcon", "falcon_mq")
 
 
 def use_cpu_platform() -> None:
@@ -112,8 +112,12 @@ def hf_config(family: str, *, layers: int = 2, experts: int = 4, hidden: int = 6
                   tie_word_embeddings=False)
     if family == "llama":
         return transformers.LlamaConfig(**common)
+    if family == "qwen2":  # q, k and v with biases
+        return transformers.Qwen2Config(**common)
     if family == "qwen3":
         return transformers.Qwen3Config(**common, head_dim=hidden // heads)
+    if family == "phi3":  # fused qkv_proj and gate_up_proj in the checkpoint
+        return transformers.Phi3Config(**common, pad_token_id=0)
     if family == "qwen3_moe":
         return transformers.Qwen3MoeConfig(
             **common, head_dim=hidden // heads, moe_intermediate_size=intermediate // 2,
@@ -122,6 +126,18 @@ def hf_config(family: str, *, layers: int = 2, experts: int = 4, hidden: int = 6
     if family == "mixtral":
         return transformers.MixtralConfig(**common, num_local_experts=experts,
                                           num_experts_per_tok=2)
+    if family == "deepseek_v2":  # MLA without q_lora (q_proj), greedy routing
+        return transformers.DeepseekV2Config(
+            **{**common, "num_key_value_heads": heads}, moe_intermediate_size=intermediate // 2,
+            n_routed_experts=experts, num_experts_per_tok=2, n_shared_experts=1,
+            first_k_dense_replace=1, q_lora_rank=None, kv_lora_rank=16, qk_nope_head_dim=16,
+            qk_rope_head_dim=8, v_head_dim=16, n_group=1, topk_group=1, topk_method="greedy")
+    if family == "gpt_oss":  # bf16 experts with biases, loaded around the weight loaders
+        return transformers.GptOssConfig(
+            **{**common, "intermediate_size": hidden}, head_dim=hidden // heads,
+            num_local_experts=experts, num_experts_per_tok=2, sliding_window=32,
+            layer_types=["sliding_attention", "full_attention"] * (layers // 2)
+            + ["sliding_attention"] * (layers % 2))
     if family == "deepseek_v3":
         return transformers.DeepseekV3Config(
             **{**common, "num_key_value_heads": heads}, moe_intermediate_size=intermediate // 2,

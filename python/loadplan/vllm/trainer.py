@@ -34,19 +34,22 @@ from vllm.distributed.weight_transfer.base import (
 )
 from vllm.logger import init_logger
 
+from . import LOGGER_NAME
 from ..plan import ParamMeta
 from ..transfer import Sender, quantized_metadata
+from ..transfer.endpoints import refuse
 from .info import (
     LoadplanTrainerInitInfo,
     LoadplanWeightTransferInitInfo,
     LoadplanWeightTransferUpdateInfo,
     WireParams,
+    endpoint_name,
     epoch_key,
     plan_version_key,
 )
 from .layout import holdings_of, to_loadplan
 
-logger = init_logger("loadplan.vllm")
+logger = init_logger(LOGGER_NAME)
 
 
 class LoadplanTrainerWeightTransferEngine(TrainerWeightTransferEngine[LoadplanTrainerInitInfo]):
@@ -114,14 +117,16 @@ class LoadplanTrainerWeightTransferEngine(TrainerWeightTransferEngine[LoadplanTr
             out.append(self.store.get(key).decode() if self.store.check([key]) else None)
         return out
 
-    def _agree_on_epoch(self) -> int:
+    def _agree_on_epoch(self, declaring: bool) -> int:
         """Rank 0 decides whether this update needs new endpoints (none yet,
-        the last update failed, a worker planned anew) and tells the others."""
+        the last update failed, a worker planned anew, or this update
+        declares the checkpoint, which the workers plan for) and tells the
+        others."""
         key = epoch_key(self.session, self._round)
         if self.is_sender:
             versions = self._worker_versions()
             epoch = self._last_epoch
-            if self._sender is None or versions != self._versions:
+            if self._sender is None or versions != self._versions or declaring:
                 epoch += 1
             self._versions = versions
             self._last_epoch = epoch
@@ -162,11 +167,22 @@ class LoadplanTrainerWeightTransferEngine(TrainerWeightTransferEngine[LoadplanTr
             rank=self.rank, world_size=info.world_size, num_senders=info.num_trainer_ranks,
             engine=info.engine, backend=transport,
             device=device if device.type == "cuda" else None, store=self.store,
-            name=f"{self.session}.e{epoch}", timeout=info.timeout,
+            name=endpoint_name(self.session, epoch), timeout=info.timeout,
             staging_cap=info.staging_cap, quantize=quantize,
             quantize_block=info.quantize_block)
         self._epoch = epoch
         return self._sender
+
+    def _refuse(self, epoch: int, error: Exception) -> None:
+        """Fails this update on every rank with ``error``, before any byte
+        moves (over this epoch's endpoints, or in their set-up), then raises
+        it."""
+        if self._sender is not None and self._epoch == epoch:
+            self._sender.fail(error)  # raises it
+        info = self.init_info
+        refuse(str(error), rank=self.rank, world_size=info.world_size, store=self.store,
+               name=endpoint_name(self.session, epoch), timeout=info.timeout)
+        raise error
 
     def _drop_sender(self) -> None:
         sender, self._sender = self._sender, None
@@ -183,9 +199,10 @@ class LoadplanTrainerWeightTransferEngine(TrainerWeightTransferEngine[LoadplanTr
         meta = self.source.metadata
         declared, quantize = self._declared(meta)  # the same on every rank
         self._round += 1
-        epoch = self._agree_on_epoch()
+        declaring = meta != self._sent_meta
+        epoch = self._agree_on_epoch(declaring)
         update = LoadplanWeightTransferUpdateInfo(epoch=epoch)
-        if meta != self._sent_meta:
+        if declaring:
             update = LoadplanWeightTransferUpdateInfo(
                 epoch=epoch, names=[m.name for m in declared],
                 dtype_names=[str(m.dtype).removeprefix("torch.") for m in declared],
@@ -199,11 +216,17 @@ class LoadplanTrainerWeightTransferEngine(TrainerWeightTransferEngine[LoadplanTr
                 # The workers receive while every trainer rank sends.
                 future = executor.submit(self.client.update_weights, asdict(update))
             held = holdings_of(meta, self.rank, self.init_info.num_trainer_ranks, self.local)
-            tensors = self._tensors(held)
+            try:
+                tensors = self._tensors(held)
+            except Exception as e:
+                self._refuse(epoch, RuntimeError(
+                    f"load plan: trainer rank {self.rank} could not read its tensors from "
+                    f"{type(self.source).__name__}: {type(e).__name__}: {e}"))
             device = next(iter(tensors.values())).device if tensors else torch.device("cpu")
             sender = self._ensure_sender(epoch, meta, declared, quantize, device)
-            # The source's tensors; the sender makes the scales.
-            sender.send({name: tensors[name] for name in held})
+            # The source's tensors (the sender checks that they are the held
+            # ones, on every rank); the sender makes the scales.
+            sender.send(tensors)
         except BaseException:
             self._drop_sender()  # the next update makes new endpoints
             if future is not None:

@@ -6,13 +6,17 @@ checkpoint the trainer declares, and saves the plan; a restarted worker of
 the same model and layout reads it back. Each update then receives every
 direct name straight into live memory over the runtime's transfers and only
 the fallbacks whole, which go through ``load_weights``; layers vLLM must
-process after loading go through vLLM's own reload machinery (see
-processing.py). With ``atomic``, live memory changes only once every rank
-has all of the update.
+process after loading are reloaded and processed, each as vLLM's own reload
+does where that works and as a fresh load does where it does not (see
+processing.py). The whole update happens in ``update_weights``: a trainer
+that never calls ``finish_weight_update`` (it died) leaves no layer half
+reloaded. With ``atomic``, live memory changes only once every rank has all
+of the update.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import time
 
@@ -21,8 +25,8 @@ from vllm.config import set_current_vllm_config
 from vllm.distributed.weight_transfer.base import WeightTransferEngine
 from vllm.logger import init_logger
 from vllm.model_executor.model_loader.mtp_validation import disable_mtp_completeness_check
-from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
 
+from . import LOGGER_NAME
 from ..plan import LoadPlan, ParamMeta
 from ..planning import plan_loads
 from ..transfer import Receiver
@@ -31,11 +35,12 @@ from . import plans, processing
 from .info import (
     LoadplanWeightTransferInitInfo,
     LoadplanWeightTransferUpdateInfo,
+    endpoint_name,
     plan_version_key,
 )
 from .layout import dtype_named
 
-logger = init_logger("loadplan.vllm")
+logger = init_logger(LOGGER_NAME)
 
 
 def worker_rank(rank_offset: int, parallel_config) -> int:
@@ -61,14 +66,19 @@ class LoadplanWeightTransferEngine(
         self.info: LoadplanWeightTransferInitInfo | None = None
         self.rank = -1
         self.plan: LoadPlan | None = None
-        self.processed: list[str] = []  # modules reloaded through vLLM
+        self.processed: list[str] = []  # modules reloaded on every update
+        # Each processed module's names, and the processed modules vLLM's
+        # reload does not load (loaded as a fresh load does).
+        self._layer_names: dict[str, list[str]] = {}
+        self._fresh: set[str] = set()
         self._store = None
         self._receiver: Receiver | None = None
         self._epoch: int | None = None
         self._metas: list[ParamMeta] | None = None
+        # Until an update has run with it, the plan's processed layers are
+        # assumed (every layer with a processing step) and the observer
+        # watches each update: it outlives a failed update and a new trainer.
         self._observer: processing.Observer | None = None
-        self._watching = False  # this update is the one the observer watches
-        self._reloading = False
         self._plans_made = 0
 
     # -- set-up -------------------------------------------------------------
@@ -94,7 +104,7 @@ class LoadplanWeightTransferEngine(
         return "nccl" if self.device.type == "cuda" else "gloo"
 
     def _name(self, epoch: int) -> str:
-        return f"{self.info.session}.e{epoch}"
+        return endpoint_name(self.info.session, epoch)
 
     # -- planning -----------------------------------------------------------
 
@@ -111,7 +121,9 @@ class LoadplanWeightTransferEngine(
         modules = dict(self.model.named_modules())
         with set_current_vllm_config(self.vllm_config), \
                 processing.checkpoint_format([modules[n] for n in processed]):
-            return plan_loads(self.model, metas, fallback_modules=processing.reasons(processed))
+            plan = plan_loads(self.model, metas, fallback_modules=processing.reasons(processed))
+        self._layer_names = {n: plan.capture.module_names.get(n, []) for n in processed}
+        return plan
 
     def _load(self, path, processed: list[str]) -> LoadPlan:
         modules = dict(self.model.named_modules())
@@ -135,15 +147,17 @@ class LoadplanWeightTransferEngine(
                         [(m.name, m.dtype, m.shape) for m in metas]:
                     raise ValueError("its checkpoint is not the declared one")
                 self.processed = list(stored.processed)
+                self._layer_names = {n: list(stored.layer_names.get(n, ()))
+                                     for n in self.processed}
+                self._fresh = set(stored.fresh)
                 self._observer = None
                 how = f"read {path}"
             except (RuntimeError, ValueError, OSError) as e:
                 logger.warning("load plan: not reusing %s: %s", path, e)
                 plan = None
         if plan is None:
-            # Until the first update shows which layers vLLM's processing
-            # changes, every layer with a processing step is reloaded through
-            # vLLM, and watched.
+            # Until an update shows which layers vLLM's processing changes,
+            # every layer with a processing step is reloaded, and watched.
             candidates = processing.candidates(self.model)
             self.processed = list(candidates)
             self._observer = processing.Observer(candidates)
@@ -153,28 +167,34 @@ class LoadplanWeightTransferEngine(
         self._drop_receiver()
         self._publish()
         logger.info("load plan: worker rank %d %s its plan in %.2f s (%d modules reloaded "
-                    "through vLLM)", self.rank, how, time.perf_counter() - t0,
+                    "on every update)", self.rank, how, time.perf_counter() - t0,
                     len(self.processed))
         for line in plan.report.splitlines():
             logger.info("%s", line)
 
     def _refine(self) -> None:
-        """After the watched update: plan again with only the layers whose
-        processing changed a tensor reloaded through vLLM, and save it."""
-        observer, self._observer = self._observer, None
+        """After the first update that ran with an assumed plan: plan again
+        with only the layers whose processing changed a tensor reloaded,
+        and save it."""
+        observer = self._observer
         processed = observer.processed()
         try:
             plan = self._capture(self._metas, processed)
         except RuntimeError as e:
             # The loader takes the checkpoint only through vLLM's reload
-            # (into the checkpoint format): keep reloading every layer so.
-            logger.warning("load plan: worker rank %d keeps reloading every processed layer "
-                           "through vLLM: %s", self.rank, e)
+            # (into the checkpoint format): keep reloading every processed layer.
+            logger.warning("load plan: worker rank %d keeps reloading every processed layer: %s",
+                           self.rank, e)
+            self._observer = None
             return
+        self._observer = None
         self.plan, self.processed = plan, processed
         key = plans.model_key(self.vllm_config, self.model, self.rank)
+        fresh = tuple(n for n in processed if n in self._fresh)
         path = plans.save(plans.plan_dir(self.info.plan_dir), key, plan,
-                          plans.Stored(plans.metadata_digest(self._metas), tuple(processed), True))
+                          plans.Stored(plans.metadata_digest(self._metas), tuple(processed), True,
+                                       self._layer_names, fresh))
+        self._drop_receiver()
         self._publish()
         logger.info("load plan: worker rank %d: vLLM's processing changes %d of %d layers; "
                     "plan saved to %s", self.rank, len(processed), len(observer.layers), path)
@@ -192,7 +212,6 @@ class LoadplanWeightTransferEngine(
     def start_weight_update(self) -> None:
         """Nothing to prepare: nothing is touched before every rank has the
         update."""
-        self._reloading = False
 
     def _ensure_receiver(self, epoch: int) -> Receiver:
         if self._receiver is not None and self._epoch == epoch:
@@ -221,6 +240,10 @@ class LoadplanWeightTransferEngine(
             torch.accelerator.synchronize()
 
     def receive_weights(self, update_info: LoadplanWeightTransferUpdateInfo) -> None:
+        """One whole update: the transfer, the fallbacks through
+        ``load_weights``, the processed layers reloaded and processed. A
+        plan whose processed layers were assumed is refined after its first
+        update."""
         if self.info is None:
             raise RuntimeError("load plan: call init_transfer_engine() first")
         try:
@@ -230,7 +253,8 @@ class LoadplanWeightTransferEngine(
             # The trainer is waiting for this rank's endpoint: fail the
             # set-up on every rank with this rank's reason.
             info = self.info
-            refuse(f"load plan: worker rank {self.rank} cannot plan the update: {e}",
+            refuse(f"load plan: worker rank {self.rank} cannot plan the update: "
+                   f"{str(e).removeprefix('load plan: ')}",
                    rank=self.rank, world_size=info.world_size, store=self._store,
                    name=self._name(update_info.epoch), timeout=info.timeout)
             raise
@@ -242,35 +266,35 @@ class LoadplanWeightTransferEngine(
             raise
         # Every rank has all of the update; the direct names are in place.
         self._load_fallbacks(receiver.fallbacks)
+        if self._observer is not None:
+            self._refine()
 
     def _load_fallbacks(self, fallbacks: dict[str, torch.Tensor]) -> None:
         modules = dict(self.model.named_modules())
-        layers = [modules[n] for n in self.processed]
-        if self._observer is not None:
-            self._observer.__enter__()
-            self._watching = True
-        if layers:
-            processing.begin_reload(self.model, layers)
-            self._reloading = True
-        if fallbacks:
-            with set_current_vllm_config(self.vllm_config), disable_mtp_completeness_check(), \
-                    torch.no_grad():
-                self.model.load_weights(list(fallbacks.items()))
+        layers = {n: modules[n] for n in self.processed}
+        if not layers and not fallbacks:
+            return
+
+        def load_weights(pairs: list) -> None:
+            with disable_mtp_completeness_check():
+                self.model.load_weights(pairs)
+
+        reload = processing.Reload(self.model, layers, self._layer_names, self._fresh,
+                                   load_weights, self.model_config.dtype)
+        observer = self._observer if layers else None
+        with set_current_vllm_config(self.vllm_config), torch.no_grad(), \
+                observer if observer is not None else contextlib.nullcontext():
+            if layers:
+                reload.begin()
+            try:
+                reload.load(fallbacks)
+            finally:
+                if layers:
+                    reload.finish(self.model_config)
 
     def finish_weight_update(self) -> None:
-        watching, self._watching = self._watching, False
-        try:
-            if self._reloading:
-                with set_current_vllm_config(self.vllm_config):
-                    finalize_layerwise_reload(self.model, self.model_config)
-        finally:
-            self._reloading = False
-            if watching:
-                self._observer.__exit__(None, None, None)
-        if watching:
-            self._refine()
+        """Nothing left: ``update_weights`` did the whole update."""
 
     def shutdown(self) -> None:
         self._drop_receiver()
         self._store = None
-        self._observer = None
