@@ -206,9 +206,17 @@ def test_a_bad_checkpoint_fails_every_worker_and_changes_nothing(models, tmp_pat
             message
         for error in cluster.last_errors():
             assert "rank 0 (sender 0) refused the update: " in error and name in error, error
+        # A source that raises: the trainer fails the update on every rank
+        # with what it raised.
+        results = _unchanged_then_recovers(cluster, 6, raising={0: "layers.1.mlp.down_proj.weight"})
+        status, message = results[0]
+        assert status == "error" and "could not read its tensors from Source: OSError: the " \
+            f"source lost {name}" in message, message
+        for error in cluster.last_errors():  # (in the set-up: the last update failed)
+            assert "rank 0 refused the set-up: trainer rank 0 could not read" in error, error
         # The next update is whole again.
-        _ok(cluster.update(6))
-        _exact(cluster, 6)
+        _ok(cluster.update(7))
+        _exact(cluster, 7)
     finally:
         cluster.close()
 
@@ -287,8 +295,8 @@ def test_a_checkpoint_declared_again_is_planned_as_the_first_was(models, tmp_pat
         cluster.restart_trainers()
         results = _unchanged_then_recovers(cluster, 6, variant="wrong_shape")
         status, message = results[0]
-        assert status == "error" and "cannot plan the update: load_weights failed on " \
-            "'lm_head.weight' (declared bfloat16 [255, 64])" in message, message
+        assert status == "error" and "refused the set-up: cannot plan the update: load_weights " \
+            "failed on 'lm_head.weight' (declared bfloat16 [255, 64])" in message, message
         assert "AssertionError" in message and "param: bfloat16 [" in message, message
         cluster.restart_trainers()
         _ok(cluster.update(7))

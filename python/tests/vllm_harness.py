@@ -362,11 +362,11 @@ def trainer_main(conn, spec: Spec, rank: int, worker_conns) -> None:
         try:
             if method == "send":
                 want = (arg.get("variant"), arg.get("wrong_dtype"), arg.get("wrong_shape"),
-                        arg.get("missing"))
-                if want != getattr(engine.source, "want", (None,) * 4):
+                        arg.get("missing"), arg.get("raising"))
+                if want != getattr(engine.source, "want", (None,) * 5):
                     engine.source = make_source(spec, rank, want[0])
                     engine.source.want = want
-                    for suffix, how in zip(want[1:], ("dtype", "shape", "missing")):
+                    for suffix, how in zip(want[1:], ("dtype", "shape", "missing", "raise")):
                         if suffix:
                             _break_source(engine.source, suffix, how)
                 source = engine.source
@@ -405,8 +405,8 @@ def _die_later(seconds: float) -> None:
 
 def _break_source(source, name_suffix: str, how: str) -> None:
     """The source yields one tensor in another dtype (``how="dtype"``) or
-    shape (``"shape"``: a row short) than declared, or not at all
-    (``"missing"``)."""
+    shape (``"shape"``: a row short) than declared, not at all
+    (``"missing"``), or raises there (``"raise"``)."""
     original = source.iter_local, source.iter_full
 
     def broken(t):
@@ -416,6 +416,8 @@ def _break_source(source, name_suffix: str, how: str) -> None:
         for name, t in it():
             if not name.endswith(name_suffix):
                 yield name, t
+            elif how == "raise":
+                raise OSError(f"the source lost {name}")
             elif how != "missing":
                 yield name, broken(t)
 
@@ -486,15 +488,17 @@ class Cluster:
         ``wrong_dtype={rank: suffix}`` / ``wrong_shape={rank:
         suffix}`` makes a rank's source yield a tensor in another dtype or
         shape than declared; ``missing={rank: suffix}``: not at all;
+        ``raising={rank: suffix}``: the source raises at it;
         ``variant``: the checkpoint the trainer declares (``metadata``)."""
         die = faults.get("die_after_s", {})
         die_in_set_up = faults.get("die_in_set_up", set())
         dtype, shape = faults.get("wrong_dtype", {}), faults.get("wrong_shape", {})
-        missing = faults.get("missing", {})
+        missing, raising = faults.get("missing", {}), faults.get("raising", {})
         for r, c in enumerate(self.trainer_conns):
             c.send(("send", {"round": round_, "die_after_s": die.get(r),
                              "wrong_dtype": dtype.get(r), "wrong_shape": shape.get(r),
-                             "missing": missing.get(r), "die_in_set_up": r in die_in_set_up,
+                             "missing": missing.get(r), "raising": raising.get(r),
+                             "die_in_set_up": r in die_in_set_up,
                              "variant": faults.get("variant")}))
         out = []
         for r, c in enumerate(self.trainer_conns):

@@ -23,6 +23,7 @@ from .schedule import (
     backend_code,
     build_from,
     engine_code,
+    refusal,
     transfer_error,
 )
 
@@ -122,7 +123,7 @@ class Endpoint:
         payload = self._rv.broadcast(payload, "schedule")
         self._rv.settle()
         if payload[:1] == b"E":
-            raise transfer_error(f"{payload[1:].decode()} (from rank 0)", "invalid_argument")
+            raise transfer_error(payload[1:].decode(), "invalid_argument")
         return Schedule.from_bytes(payload[1:])
 
     def _start(self, plan: _runtime.Plan | None = None, layouts: list | None = None,
@@ -192,9 +193,8 @@ def refuse(message: str, *, rank: int, world_size: int, group: Any = None, store
     mine = {"role": "error", "rank": rank, "message": message}
     gathered = rv.gather(json.dumps(mine).encode())
     payload = None
-    if gathered is not None:  # rank 0: everyone's error, the first one
-        errors = [d for d in map(json.loads, gathered) if d["role"] == "error"]
-        payload = b"E" + errors[0]["message"].encode()
+    if gathered is not None:  # rank 0: the first refusal
+        payload = b"E" + refusal([json.loads(d) for d in gathered]).encode()
     rv.broadcast(payload, "schedule")
     rv.settle()
 

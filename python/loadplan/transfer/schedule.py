@@ -168,12 +168,21 @@ class Schedule:
         return self.text()
 
 
+def refusal(descriptors: list[dict]) -> str | None:
+    """What every rank is told when a rank cannot take part in the set-up
+    (endpoints.refuse): the first such rank and its reason; None if none."""
+    for d in descriptors:
+        if d["role"] == "error":
+            reason = d["message"].removeprefix("load plan: ")
+            return f"load plan: rank {d['rank']} refused the set-up: {reason}"
+    return None
+
+
 def build_from(descriptors: list[dict], num_senders: int, world_size: int) -> Schedule:
     """Rank 0's part of agreeing on a schedule: the schedule of every rank's
     descriptor (see endpoints.py)."""
-    for d in descriptors:
-        if d["role"] == "error":  # a rank that cannot take part (endpoints.refuse)
-            raise ValueError(d["message"])
+    if (refused := refusal(descriptors)) is not None:
+        raise ValueError(refused)
     engines = {d["engine"] for d in descriptors}
     if len(engines) != 1:
         raise ValueError(f"load plan: ranks ask for different engines: {sorted(engines)}")

@@ -34,10 +34,10 @@ from vllm.distributed.weight_transfer.base import (
 )
 from vllm.logger import init_logger
 
-from . import LOGGER_NAME
 from ..plan import ParamMeta
 from ..transfer import Sender, quantized_metadata
 from ..transfer.endpoints import refuse
+from . import LOGGER_NAME
 from .info import (
     LoadplanTrainerInitInfo,
     LoadplanWeightTransferInitInfo,

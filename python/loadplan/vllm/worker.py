@@ -26,12 +26,11 @@ from vllm.distributed.weight_transfer.base import WeightTransferEngine
 from vllm.logger import init_logger
 from vllm.model_executor.model_loader.mtp_validation import disable_mtp_completeness_check
 
-from . import LOGGER_NAME
 from ..plan import LoadPlan, ParamMeta
 from ..planning import plan_loads
 from ..transfer import Receiver
 from ..transfer.endpoints import refuse
-from . import plans, processing
+from . import LOGGER_NAME, plans, processing
 from .info import (
     LoadplanWeightTransferInitInfo,
     LoadplanWeightTransferUpdateInfo,
@@ -176,7 +175,7 @@ class LoadplanWeightTransferEngine(
         """After the first update that ran with an assumed plan: plan again
         with only the layers whose processing changed a tensor reloaded,
         and save it."""
-        observer = self._observer
+        observer, self._observer = self._observer, None
         processed = observer.processed()
         try:
             plan = self._capture(self._metas, processed)
@@ -185,9 +184,7 @@ class LoadplanWeightTransferEngine(
             # (into the checkpoint format): keep reloading every processed layer.
             logger.warning("load plan: worker rank %d keeps reloading every processed layer: %s",
                            self.rank, e)
-            self._observer = None
             return
-        self._observer = None
         self.plan, self.processed = plan, processed
         key = plans.model_key(self.vllm_config, self.model, self.rank)
         fresh = tuple(n for n in processed if n in self._fresh)
@@ -253,8 +250,7 @@ class LoadplanWeightTransferEngine(
             # The trainer is waiting for this rank's endpoint: fail the
             # set-up on every rank with this rank's reason.
             info = self.info
-            refuse(f"load plan: worker rank {self.rank} cannot plan the update: "
-                   f"{str(e).removeprefix('load plan: ')}",
+            refuse(f"load plan: cannot plan the update: {str(e).removeprefix('load plan: ')}",
                    rank=self.rank, world_size=info.world_size, store=self._store,
                    name=self._name(update_info.epoch), timeout=info.timeout)
             raise
