@@ -2,7 +2,7 @@
 vLLM's own weight-transfer factories and lifecycle, for the ``loadplan``
 backend's tests and benchmark.
 
-Each worker builds a tiny vLLM model (``loadplan.vllm.tiny``) twice from the
+Each worker builds a tiny vLLM model (``vllm_tiny``) twice from the
 same checkpoint: the one the backend updates, and a reference that vLLM's
 own reload path updates with the same weights. Trainer rank 0 drives the
 workers through a ``VLLMWeightSyncClient`` over pipes. Every update's
@@ -102,7 +102,7 @@ def weights(spec: Spec, round_: int, variant: str | None = None) -> list[tuple[s
     """The checkpoint of round ``round_`` as the engine serves it (an fp8
     engine's weights quantized as ``quantize_blocks`` does), as a trainer
     declaring ``variant`` sends it."""
-    from loadplan.vllm import tiny
+    import vllm_tiny as tiny
 
     out = []
     for m in metadata(spec, variant):
@@ -171,7 +171,7 @@ def _setup_process(spec: Spec) -> None:
                                           repeat=True)
     torch.set_num_threads(1)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    from loadplan.vllm import tiny
+    import vllm_tiny as tiny
 
     tiny.use_cpu_platform()
     tiny.cpu_kernels(spec.moe_prepack, fp8=spec.fp8)
@@ -212,7 +212,7 @@ def _digest(model: torch.nn.Module) -> str:
 def _fresh(spec: Spec, tp_rank: int, init: str, ws) -> torch.nn.Module:
     """A model built and loaded from ``ws`` as vLLM's loader does at start-up:
     the other reference an update is compared with."""
-    from loadplan.vllm import tiny
+    import vllm_tiny as tiny
 
     config, model = tiny.build(spec.model_dir, tp_size=spec.tp, rank=tp_rank, init_method=init,
                                expert_parallel=spec.expert_parallel)
@@ -227,7 +227,7 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
         from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
         from vllm.logger import configure_logging
 
-        from loadplan.vllm import tiny
+        import vllm_tiny as tiny
 
         init = f"tcp://127.0.0.1:{spec.vllm_port}"
         initial = tiny.checkpoint(spec.model_dir)
@@ -342,7 +342,7 @@ def trainer_main(conn, spec: Spec, rank: int, worker_conns) -> None:
         _setup_process(spec)
         from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
-        from loadplan.vllm import tiny
+        import vllm_tiny as tiny
         from loadplan.vllm.info import LoadplanTrainerInitInfo
 
         source = make_source(spec, rank)
@@ -555,7 +555,7 @@ class Cluster:
 
 @functools.cache
 def saved_model(family: str, root: str, **sizes) -> str:
-    from loadplan.vllm import tiny
+    import vllm_tiny as tiny
 
     path = Path(root) / "-".join([family, *(f"{k}{v}" for k, v in sorted(sizes.items()))])
     if not (path / "config.json").exists():
@@ -576,7 +576,7 @@ def plan_main(conn, families: list[str], root: str, tp: int, rank: int, port: in
     try:
         torch.set_num_threads(1)
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-        from loadplan.vllm import tiny
+        import vllm_tiny as tiny
 
         tiny.use_cpu_platform()  # before vLLM picks a platform
         tiny.cpu_kernels()

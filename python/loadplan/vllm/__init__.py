@@ -10,8 +10,10 @@ Installed with loadplan, the backend registers itself through vLLM's
 - info.py: the init and update infos both sides exchange;
 - layout.py: trainer ranks' boxes from vLLM's placements;
 - processing.py: vLLM's post-load processing, observed and re-run;
-- plans.py: a worker's plan on disk, for restarts;
-- tiny.py: tiny vLLM models on the CPU, for tests and benchmarks.
+- plans.py: a worker's plan on disk, for restarts.
+
+The tiny vLLM models the tests and benchmarks build are a test fixture,
+``python/tests/vllm_tiny.py``.
 
 See docs/vllm.md.
 """
@@ -32,6 +34,9 @@ def register() -> None:
         WeightTransferTrainerFactory,
     )
 
+    # vLLM's factories refuse a name registered twice and offer no public
+    # way to ask whether one is: this is the one place that reads their
+    # registries.
     if BACKEND not in WeightTransferEngineFactory._registry:
         WeightTransferEngineFactory.register_engine(
             BACKEND, "loadplan.vllm.worker", "LoadplanWeightTransferEngine")

@@ -1,4 +1,5 @@
-"""Tiny vLLM models on the CPU, for tests and benchmarks.
+"""Tiny vLLM models on the CPU, for the tests and benchmarks (a test
+fixture: no module of the package imports it).
 
 vLLM's own model classes build on its CPU platform from tiny
 ``transformers`` configs: ``save`` writes a tiny Hugging Face model (its
@@ -184,7 +185,7 @@ def fp8_quantized(name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tens
     weight as its fp8 blocks and scales, any other as it is."""
     from fnmatch import fnmatchcase
 
-    from ..transfer import quantize_blocks
+    from loadplan.transfer import quantize_blocks
 
     if tensor.dim() != 2 or not fnmatchcase(name, FP8_WEIGHTS):
         return [(name, tensor)]
