@@ -149,8 +149,8 @@ class Capture:
             return self._sink.records_for_compiler(self._title)
 
 
-def _shape(t: torch.Tensor) -> str:
-    return f"{str(t.dtype).removeprefix('torch.')} {list(t.shape)}"
+def _typed(dtype: torch.dtype, shape) -> str:
+    return f"{str(dtype).removeprefix('torch.')} {list(shape)}"
 
 
 def failure_text(error: BaseException, sink: Sink) -> str:
@@ -160,8 +160,7 @@ def failure_text(error: BaseException, sink: Sink) -> str:
     record = sink.current
     what = "load_weights failed"
     if record is not None:
-        what += (f" on {record.name!r} (declared {str(record.dtype).removeprefix('torch.')} "
-                 f"{list(record.shape)})")
+        what += f" on {record.name!r} (declared {_typed(record.dtype, record.shape)})"
     text = f"{what}: {type(error).__name__}"
     if str(error):
         text += f": {error}"
@@ -176,7 +175,7 @@ def failure_text(error: BaseException, sink: Sink) -> str:
     if frame.line:
         text += f" `{frame.line.strip()}`"
     tensors = [
-        f"{k}: {_shape(v)}" + (f" (the incoming {v._record.name!r})"
+        f"{k}: {_typed(v.dtype, v.shape)}" + (f" (the incoming {v._record.name!r})"
                               if isinstance(v, TraceTensor) else "")
         for k, v in tb.tb_frame.f_locals.items() if isinstance(v, torch.Tensor)
     ]
