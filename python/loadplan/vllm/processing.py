@@ -194,7 +194,7 @@ class Reload:
                 "load plan: vLLM's layerwise reload did not load %s: its loader writes it "
                 "around the weight loaders vLLM watches, so vLLM's own reload keeps its old "
                 "weights (and logs 'Failed to load weights'); loadplan loads it as a fresh load "
-                "does, on this and every later update", name)
+                "does, on every update that reloads it", name)
             layer = self.layers[name]
             info = layerwise.get_layerwise_info(layer)
             params, buffers = info.kernel_tensors
@@ -235,13 +235,14 @@ class Reload:
 
     def finish(self, model_config) -> None:
         """vLLM's ``finalize_layerwise_reload``, then the fresh attention
-        layers."""
+        layers (also when vLLM's raised: none is left in its checkpoint
+        format)."""
         try:
             layerwise.finalize_layerwise_reload(self.model, model_config)
         finally:
             pending, self._pending = self._pending, []
-        for layer, own in pending:
-            _finish_fresh(layer, own, self.dtype)
+            for layer, own in pending:
+                _finish_fresh(layer, own, self.dtype)
 
 
 def _finish_fresh(layer: torch.nn.Module, own: LayerReloadingInfo, dtype: torch.dtype) -> None:
