@@ -63,6 +63,23 @@
  * Version 2 made the checksum XXH64, as plan files' version 3 did; a
  * version 1 schedule is refused (make it again).
  *
+ * Offers and the answer (loadplan_schedule_agree): what each rank hands
+ * rank 0 through the store, and what rank 0 hands back; same integers and
+ * strings as above, no header (they live for one set-up):
+ *
+ *   offer:   char magic[8] = "LPOFFER1", u32 rank, u32 role
+ *            (loadplan_offer_role_t), u32 engine, then by role:
+ *            sender:   u64 staging_cap, u32 num_tensors, per tensor:
+ *                          str name, u32 dtype, u32 rank, i64 shape[rank]
+ *                      u32 num_holdings, per holding: u32 tensor (of this
+ *                          offer's), u8 boxed, rank x (i64 start, i64 stop)
+ *                          when boxed (else the whole tensor)
+ *            receiver: u64 staging_cap, u8 atomic, u64 plan_size, then
+ *                      the plan file's bytes
+ *            refusal:  str message
+ *   answer:  u32 status (loadplan_status_code_t); OK: the schedule file
+ *            follows, else the message (the rest of the bytes)
+ *
 \*===----------------------------------------------------------------------===*/
 
 #ifndef LOADPLAN_SCHEDULE_FORMAT_H
@@ -78,6 +95,8 @@ extern "C" {
 #define LOADPLAN_SCHEDULE_MAGIC_SIZE 8
 #define LOADPLAN_SCHEDULE_VERSION 2u
 #define LOADPLAN_SCHEDULE_HEADER_SIZE 40u
+#define LOADPLAN_OFFER_MAGIC "LPOFFER1"
+#define LOADPLAN_OFFER_MAGIC_SIZE 8
 
 /* How updates reach the receivers. */
 typedef enum loadplan_engine_t {

@@ -49,18 +49,27 @@ LOADPLAN_API loadplan_status_t loadplan_backend_available(uint32_t backend,
 /* "gloo", "nccl"; NULL for an unknown backend. */
 LOADPLAN_API const char *loadplan_backend_name(uint32_t backend);
 
+/* What loadplan_store_t.get returns when `key` did not come within its
+ * timeout, and when the store itself cannot be reached (the process that
+ * serves it is gone). */
+#define LOADPLAN_STORE_TIMEOUT (-1)
+#define LOADPLAN_STORE_LOST (-2)
+
 /* A key-value store the caller implements for rendezvous (e.g. over
  * torch.distributed's TCPStore). Used only during
- * loadplan_comm_create_gloo, from the calling thread. */
+ * loadplan_comm_create_gloo and loadplan_schedule_agree, from the calling
+ * thread. */
 typedef struct loadplan_store_t {
   void *context;
-  /* Stores `value` under `key`; returns 0 on success. */
+  /* Stores `value` under `key`; returns 0 on success (nonzero: the store
+   * cannot be reached). */
   int32_t (*set)(void *context, const char *key, size_t key_size,
                  const void *value, size_t value_size);
-  /* Waits up to `timeout_ms` for `key`, then copies at most `capacity`
-   * bytes of its value to `out` and returns the value's full size; a
-   * negative value on error or timeout. Called again with a larger buffer
-   * when the value did not fit. */
+  /* Waits up to `timeout_ms` (> 0) for `key`, then copies at most
+   * `capacity` bytes of its value to `out` and returns the value's full
+   * size; LOADPLAN_STORE_TIMEOUT or LOADPLAN_STORE_LOST (any negative
+   * value: an error). Called again with a larger buffer when the value did
+   * not fit. */
   int64_t (*get)(void *context, const char *key, size_t key_size, void *out,
                  size_t capacity, int64_t timeout_ms);
 } loadplan_store_t;
@@ -185,6 +194,68 @@ typedef struct loadplan_schedule_spec_t {
 LOADPLAN_API loadplan_status_t
 loadplan_schedule_build(const loadplan_schedule_spec_t *spec,
                         loadplan_schedule_t **out_schedule);
+/* What one rank brings to loadplan_schedule_agree. */
+typedef enum loadplan_offer_role_t {
+  LOADPLAN_OFFER_SENDER = 0,
+  LOADPLAN_OFFER_RECEIVER = 1,
+  /* A rank that cannot take part: it fails the set-up of every rank. */
+  LOADPLAN_OFFER_REFUSAL = 2,
+} loadplan_offer_role_t;
+
+typedef struct loadplan_schedule_offer_t {
+  uint32_t role; /* loadplan_offer_role_t */
+  /* A sender's or receiver's staging cap, as in its spec above. */
+  uint64_t staging_cap;
+  /* A sender: the checkpoint tensors it declares, and its holdings
+   * (`tensor` indexes `tensors`). */
+  const loadplan_checkpoint_tensor_t *tensors;
+  size_t num_tensors;
+  const loadplan_holding_t *holdings;
+  size_t num_holdings;
+  /* A receiver: its plan and the plan file bytes it was opened from
+   * (they travel as they are; their fingerprint must be the plan's). */
+  const loadplan_plan_t *plan;
+  const void *plan_data;
+  size_t plan_size;
+  uint32_t atomic;
+  /* A refusal: why this rank cannot take part. */
+  const char *message;
+  size_t message_size;
+} loadplan_schedule_offer_t;
+
+typedef struct loadplan_agree_options_t {
+  uint32_t engine; /* loadplan_engine_t; ignored for a refusal */
+  int32_t rank;
+  int32_t world_size;
+  /* Ranks 0 .. num_senders-1 send, the others receive (rank 0's counts;
+   * ignored for a refusal). */
+  int32_t num_senders;
+  const loadplan_store_t *store;
+  /* Prefixes every key (NULL: ""); one per agreement. */
+  const char *prefix;
+  /* Per wait; 0: 60000. */
+  int64_t timeout_ms;
+} loadplan_agree_options_t;
+
+LOADPLAN_API void loadplan_agree_options_init(loadplan_agree_options_t *options);
+
+/* Collective over `store` (not a communicator): every rank hands in its
+ * offer (schedule_format.h, "Offers"); rank 0 builds the schedule of all
+ * of them with loadplan_schedule_build and hands out the schedule file, or
+ * why there is none, and every rank returns it. Errors, the same on every
+ * rank: a refusal (INVALID_ARGUMENT, "rank N refused the set-up: ..."; the
+ * first refusing rank's), rank 0's build errors ("ranks ask for different
+ * engines", "senders declare ... differently", "ranks disagree on
+ * num_senders", the builder's), a rank's malformed offer ("rank N's
+ * set-up data ..."). IO_ERROR, on the rank that saw it: the store is
+ * gone ("rank N lost the rendezvous store while ...") or ranks are late
+ * ("rank N waited 60 s for ranks [2, 3] while ..., in vain"). Rank 0
+ * returns only once every rank has the schedule (it may serve the store). */
+LOADPLAN_API loadplan_status_t
+loadplan_schedule_agree(const loadplan_agree_options_t *options,
+                        const loadplan_schedule_offer_t *offer,
+                        loadplan_schedule_t **out_schedule);
+
 /* Parses and checks schedule bytes (copied). INVALID_PLAN on bad bytes. */
 LOADPLAN_API loadplan_status_t
 loadplan_schedule_open_bytes(const void *data, size_t size,

@@ -14,6 +14,8 @@
 //                        fingerprint and planDigest
 //   ScheduleText.cpp     Schedule::summary, Schedule::text and the labels
 //                        messages share
+//   ScheduleAgreement.cpp  agreeOnSchedule: every rank's offer through
+//                        the caller's store, rank 0's build, the answer
 //
 //===----------------------------------------------------------------------===//
 
@@ -159,6 +161,11 @@ uint64_t planDigest(const Plan &plan);
 
 /// Throws INVALID_ARGUMENT saying what in `spec` is wrong.
 std::unique_ptr<Schedule> buildSchedule(const loadplan_schedule_spec_t &spec);
+
+/// Collective over `options.store` (loadplan_schedule_agree): the schedule
+/// rank 0 builds from every rank's offer; throws its refusal on every rank.
+std::unique_ptr<Schedule> agreeOnSchedule(const loadplan_agree_options_t &options,
+                                          const loadplan_schedule_offer_t &offer);
 
 /// Sets the fingerprint, checksum and bytes of a built schedule.
 void serializeSchedule(Schedule &s);

@@ -152,6 +152,24 @@ loadplan_status_t loadplan_schedule_build(const loadplan_schedule_spec_t *spec,
   });
 }
 
+void loadplan_agree_options_init(loadplan_agree_options_t *options) {
+  if (options)
+    *options = loadplan_agree_options_t{LOADPLAN_ENGINE_M_TO_N, 0, 0, 0,
+                                        nullptr, nullptr, 0};
+}
+
+loadplan_status_t loadplan_schedule_agree(const loadplan_agree_options_t *options,
+                                          const loadplan_schedule_offer_t *offer,
+                                          loadplan_schedule_t **out_schedule) {
+  return guard([&] {
+    require(out_schedule, "out_schedule is NULL");
+    *out_schedule = nullptr;
+    require(options, "options is NULL");
+    require(offer, "offer is NULL");
+    *out_schedule = adoptSchedule(agreeOnSchedule(*options, *offer));
+  });
+}
+
 loadplan_status_t loadplan_schedule_open_bytes(const void *data, size_t size,
                                                loadplan_schedule_t **out_schedule) {
   return guard([&] {
