@@ -48,13 +48,47 @@ using SenderTuple =
 using ReceiverTuple = std::tuple<int32_t, uint64_t, bool, Plan *>;
 /// (name, data, size_bytes) of a fallback buffer.
 using FallbackTuple = std::tuple<std::string, uintptr_t, uint64_t>;
+/// What a sender offers to the agreement: (staging_cap, tensors,
+/// holdings), the holdings indexing the tensors.
+using SenderOffer = std::tuple<uint64_t, std::vector<TensorTuple>,
+                               std::vector<HoldingTuple>>;
+/// What a receiver offers: (staging_cap, atomic, plan, plan_bytes).
+using ReceiverOffer = std::tuple<uint64_t, bool, Plan *, nb::bytes>;
 
-/// A store over two Python callables, for Gloo's rendezvous:
-/// set(key: str, value: bytes) and get(key: str, timeout_ms: int) -> bytes.
-/// The runtime calls them on the thread that creates the communicator,
-/// which holds no GIL meanwhile.
+/// The C tensors of `tensors`; they point into `tensors`.
+std::vector<loadplan_checkpoint_tensor_t>
+toTensors(const std::vector<TensorTuple> &tensors) {
+  std::vector<loadplan_checkpoint_tensor_t> ts(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto &[name, dtype, shape] = tensors[i];
+    ts[i] = {name.data(), name.size(), dtype,
+             static_cast<uint32_t>(shape.size()), shape.data()};
+  }
+  return ts;
+}
+
+/// The C holdings of `holdings`; they point into `holdings`.
+std::vector<loadplan_holding_t>
+toHoldings(const std::vector<HoldingTuple> &holdings) {
+  std::vector<loadplan_holding_t> held;
+  for (const auto &[tensor, starts, stops] : holdings) {
+    if (starts.has_value() != stops.has_value())
+      throw nb::value_error("a holding has starts and stops, or neither");
+    held.push_back({tensor, starts ? starts->data() : nullptr,
+                    stops ? stops->data() : nullptr});
+  }
+  return held;
+}
+
+/// A store over two Python callables, for Gloo's rendezvous and the
+/// schedule's agreement: set(key: str, value: bytes), and get(key: str,
+/// timeout_ms: int) -> bytes, or None when the key did not come in time.
+/// Either raising means the store cannot be reached. The runtime calls them
+/// on the thread that made the call, which holds no GIL meanwhile.
 struct PyStore {
   nb::object set, get;
+
+  loadplan_store_t store() { return {this, &PyStore::setFn, &PyStore::getFn}; }
 
   static int32_t setFn(void *context, const char *key, size_t keySize,
                        const void *value, size_t valueSize) {
@@ -65,8 +99,7 @@ struct PyStore {
           nb::bytes(static_cast<const char *>(value), valueSize));
       return 0;
     } catch (nb::python_error &) {
-      // The runtime reports a failed set.
-      return -1;
+      return -1; // the runtime reports a lost store
     }
   }
 
@@ -74,13 +107,15 @@ struct PyStore {
                        void *out, size_t capacity, int64_t timeoutMs) {
     nb::gil_scoped_acquire gil;
     try {
-      nb::bytes value = nb::cast<nb::bytes>(
-          static_cast<PyStore *>(context)->get(nb::str(key, keySize), timeoutMs));
+      nb::object got =
+          static_cast<PyStore *>(context)->get(nb::str(key, keySize), timeoutMs);
+      if (got.is_none())
+        return LOADPLAN_STORE_TIMEOUT;
+      nb::bytes value = nb::cast<nb::bytes>(got);
       std::memcpy(out, value.c_str(), std::min(value.size(), capacity));
       return static_cast<int64_t>(value.size());
     } catch (nb::python_error &) {
-      // A missing key or a timeout: the runtime reports it as such.
-      return -1;
+      return LOADPLAN_STORE_LOST;
     }
   }
 };
@@ -97,7 +132,7 @@ public:
                     nb::object set, nb::object get, const std::string &prefix,
                     int64_t timeoutMs) {
     PyStore py{std::move(set), std::move(get)};
-    loadplan_store_t store{&py, &PyStore::setFn, &PyStore::getFn};
+    loadplan_store_t store = py.store();
     loadplan_gloo_options_t options;
     loadplan_gloo_options_init(&options);
     options.hostname = hostname.c_str();
@@ -157,22 +192,12 @@ public:
                          const std::vector<TensorTuple> &tensors,
                          const std::vector<SenderTuple> &senders,
                          const std::vector<ReceiverTuple> &receivers) {
-    std::vector<loadplan_checkpoint_tensor_t> ts(tensors.size());
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const auto &[name, dtype, shape] = tensors[i];
-      ts[i] = {name.data(), name.size(), dtype,
-               static_cast<uint32_t>(shape.size()), shape.data()};
-    }
+    std::vector<loadplan_checkpoint_tensor_t> ts = toTensors(tensors);
     std::vector<std::vector<loadplan_holding_t>> held(senders.size());
     std::vector<loadplan_sender_spec_t> ss(senders.size());
     for (size_t i = 0; i < senders.size(); ++i) {
       const auto &[rank, cap, holdings] = senders[i];
-      for (const auto &[tensor, starts, stops] : holdings) {
-        if (starts.has_value() != stops.has_value())
-          throw nb::value_error("a holding has starts and stops, or neither");
-        held[i].push_back({tensor, starts ? starts->data() : nullptr,
-                           stops ? stops->data() : nullptr});
-      }
+      held[i] = toHoldings(holdings);
       ss[i] = {rank, cap, held[i].data(), held[i].size()};
     }
     std::vector<loadplan_receiver_spec_t> rs(receivers.size());
@@ -189,6 +214,67 @@ public:
     {
       nb::gil_scoped_release release;
       status = loadplan_schedule_build(&spec, &schedule);
+    }
+    checkTransfer(status);
+    return new Schedule(schedule);
+  }
+
+  /// Collective over the store (loadplan_schedule_agree): a sender gives
+  /// (staging_cap, tensors, holdings), a receiver (staging_cap, atomic,
+  /// plan, plan_bytes), a refusing rank its message.
+  static Schedule *agree(int32_t rank, int32_t worldSize, int32_t numSenders,
+                         uint32_t engine, nb::object set, nb::object get,
+                         const std::string &prefix, int64_t timeoutMs,
+                         std::optional<SenderOffer> sender,
+                         std::optional<ReceiverOffer> receiver,
+                         std::optional<std::string> refusal) {
+    if (int(sender.has_value()) + int(receiver.has_value()) +
+            int(refusal.has_value()) != 1)
+      throw nb::value_error("give one of sender, receiver and refusal");
+    loadplan_schedule_offer_t offer{};
+    std::vector<loadplan_checkpoint_tensor_t> ts;
+    std::vector<loadplan_holding_t> held;
+    if (sender) {
+      const auto &[cap, tensors, holdings] = *sender;
+      ts = toTensors(tensors);
+      held = toHoldings(holdings);
+      offer.role = LOADPLAN_OFFER_SENDER;
+      offer.staging_cap = cap;
+      offer.tensors = ts.data();
+      offer.num_tensors = ts.size();
+      offer.holdings = held.data();
+      offer.num_holdings = held.size();
+    } else if (receiver) {
+      const auto &[cap, atomic, plan, bytes] = *receiver;
+      if (!plan)
+        throw nb::value_error("a receiver has no plan");
+      offer.role = LOADPLAN_OFFER_RECEIVER;
+      offer.staging_cap = cap;
+      offer.atomic = atomic ? 1u : 0u;
+      offer.plan = plan->plan;
+      offer.plan_data = bytes.c_str();
+      offer.plan_size = bytes.size();
+    } else {
+      offer.role = LOADPLAN_OFFER_REFUSAL;
+      offer.message = refusal->data();
+      offer.message_size = refusal->size();
+    }
+    PyStore py{std::move(set), std::move(get)};
+    loadplan_store_t store = py.store();
+    loadplan_agree_options_t options;
+    loadplan_agree_options_init(&options);
+    options.engine = engine;
+    options.rank = rank;
+    options.world_size = worldSize;
+    options.num_senders = numSenders;
+    options.store = &store;
+    options.prefix = prefix.c_str();
+    options.timeout_ms = timeoutMs;
+    loadplan_schedule_t *schedule = nullptr;
+    loadplan_status_t status;
+    {
+      nb::gil_scoped_release release;
+      status = loadplan_schedule_agree(&options, &offer, &schedule);
     }
     checkTransfer(status);
     return new Schedule(schedule);
@@ -471,6 +557,18 @@ void loadplan_python::defineTransfer(nb::module_ &m) {
                   "shape), senders (comm_rank, staging_cap, holdings of "
                   "(tensor, starts, stops)) and receivers (comm_rank, "
                   "staging_cap, atomic, plan).")
+      .def_static("agree", &Schedule::agree, nb::arg("rank"),
+                  nb::arg("world_size"), nb::arg("num_senders"),
+                  nb::arg("engine"), nb::arg("set"), nb::arg("get"),
+                  nb::arg("prefix"), nb::arg("timeout_ms"),
+                  nb::arg("sender").none() = nb::none(),
+                  nb::arg("receiver").none() = nb::none(),
+                  nb::arg("refusal").none() = nb::none(),
+                  "Collective over a store: the schedule rank 0 builds from "
+                  "every rank's offer, a sender's (staging_cap, tensors, "
+                  "holdings), a receiver's (staging_cap, atomic, plan, "
+                  "plan_bytes), or a refusing rank's message (then it "
+                  "raises on every rank).")
       .def_static("from_bytes", &Schedule::fromBytes, nb::arg("data"),
                   "Parses and checks schedule bytes.")
       .def("to_bytes", &Schedule::toBytes)

@@ -8,7 +8,6 @@ storages) is what it was."""
 
 from __future__ import annotations
 
-import base64
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -364,8 +363,9 @@ class _OtherPlan(loadplan.Receiver):
 
     other: bytes = b""
 
-    def _descriptor(self) -> dict:
-        return dict(super()._descriptor(), plan=base64.b64encode(self.other).decode())
+    def _offer(self) -> dict:
+        return {"receiver": (self.staging_cap, self.atomic, _runtime.open_plan(self.other),
+                             self.other)}
 
 
 def _run_pair(sender_make, sender_act, receiver_make, receiver_act) -> dict[str, object]:
@@ -491,19 +491,17 @@ def test_a_bad_transfer_fails_every_rank_and_leaves_the_receiver(receivers, row,
     r = TRANSFERS[row]
     model, plan = ends[r.get("model", "tp1")]
     sizes = {}
-    if "damage" in r:  # what rank 0 hands every rank
-        build = transfer.schedule.build_from
+    if "damage" in r:  # what rank 0 hands every rank: its status, then the schedule
+        store_set = transfer.rendezvous.Rendezvous.store_set
 
-        class Damaged:
-            def __init__(self, schedule):
-                self.schedule = schedule
-
-            def to_bytes(self) -> bytes:
-                data = self.schedule.to_bytes()
+        def damaged(self, key: str, value: bytes) -> None:
+            if key.endswith("/schedule"):
+                status, data = value[:4], value[4:]
                 sizes.update(payload=len(data) - 40, payload_less=len(data) - 41)
-                return r["damage"](data)
+                value = status + r["damage"](data)
+            store_set(self, key, value)
 
-        monkeypatch.setattr(transfer.endpoints, "build_from", lambda *args: Damaged(build(*args)))
+        monkeypatch.setattr(transfer.rendezvous.Rendezvous, "store_set", damaged)
 
     def make_sender(common):
         return loadplan.Sender(metas, rank=0, debug_fail_round=r.get("fail_round", -1), **common)

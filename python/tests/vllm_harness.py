@@ -394,7 +394,14 @@ def _die_in_set_up() -> None:
     (after it asked the workers to update)."""
     from loadplan.transfer.rendezvous import Rendezvous
 
-    Rendezvous.gather = lambda self, payload: os._exit(9)
+    store_set = Rendezvous.store_set
+
+    def die(self, key: str, value: bytes) -> None:
+        if "/desc/" in key:  # its offer to the schedule's agreement
+            os._exit(9)
+        store_set(self, key, value)
+
+    Rendezvous.store_set = die
 
 
 def _die_later(seconds: float) -> None:

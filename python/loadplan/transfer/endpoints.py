@@ -4,8 +4,7 @@ transfer engines (``loadplan._native``)."""
 
 from __future__ import annotations
 
-import base64
-import json
+import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,16 +15,7 @@ from .. import _native, _runtime, checks
 from ..plan import Box, LoadPlan, ParamMeta
 from .quantize import DEFAULT_BLOCK, plan_quantized, quantize_given
 from .rendezvous import Rendezvous
-from .schedule import (
-    DEFAULT_STAGING_CAP,
-    Schedule,
-    TransferError,
-    backend_code,
-    build_from,
-    engine_code,
-    refusal,
-    transfer_error,
-)
+from .schedule import DEFAULT_STAGING_CAP, Schedule, TransferError, backend_code, engine_code
 
 
 @dataclass(frozen=True)
@@ -104,27 +94,18 @@ class Endpoint:
             self._comm = _native.Comm.nccl(self.rank, self.world_size, unique,
                                            self.device.index, self._timeout_ms)
 
-    def _descriptor(self) -> dict:
+    def _offer(self) -> dict:
+        """This rank's part of the schedule: ``sender=`` or ``receiver=`` of
+        ``_native.Schedule.agree``."""
         raise NotImplementedError
 
     def _agree_on_schedule(self) -> Schedule:
-        """Rank 0 gathers every rank's descriptor, builds the schedule and
-        hands it (or why there is none) to all."""
-        mine = dict(self._descriptor(), engine=self.engine, rank=self.rank)
-        gathered = self._rv.gather(json.dumps(mine).encode())
-        payload = None
-        if gathered is not None:
-            try:
-                payload = b"S" + build_from(
-                    [json.loads(d) for d in gathered], self.num_senders, self.world_size
-                ).to_bytes()
-            except (TransferError, ValueError) as e:
-                payload = b"E" + str(e).encode()
-        payload = self._rv.broadcast(payload, "schedule")
-        self._rv.settle()
-        if payload[:1] == b"E":
-            raise transfer_error(payload[1:].decode(), "invalid_argument")
-        return Schedule.from_bytes(payload[1:])
+        """Rank 0 gathers every rank's offer, builds the schedule and hands
+        it (or why there is none) to all (loadplan_schedule_agree)."""
+        return Schedule(_native.Schedule.agree(
+            self.rank, self.world_size, self.num_senders, engine_code(self.engine),
+            self._rv.store_set, self._rv.store_get, f"{self._rv.prefix}/", self._timeout_ms,
+            **self._offer()))
 
     def _start(self, plan: _runtime.Plan | None = None, layouts: list | None = None,
                fallbacks: list | None = None) -> None:
@@ -190,13 +171,11 @@ def refuse(message: str, *, rank: int, world_size: int, group: Any = None, store
     caller raises its own error."""
     rv = Rendezvous(rank, world_size, group=group, store=store, init_method=init_method,
                     name=name, host=host, timeout=timeout)
-    mine = {"role": "error", "rank": rank, "message": message}
-    gathered = rv.gather(json.dumps(mine).encode())
-    payload = None
-    if gathered is not None:  # rank 0: the first refusal
-        payload = b"E" + refusal([json.loads(d) for d in gathered]).encode()
-    rv.broadcast(payload, "schedule")
-    rv.settle()
+    # The runtime's agreement raises the refusal on every rank, this one too.
+    with contextlib.suppress(TransferError):
+        _native.Schedule.agree(rv.rank, rv.world_size, 0, 0, rv.store_set, rv.store_get,
+                               f"{rv.prefix}/", int(timeout * 1000),
+                               refusal=message.removeprefix("load plan: "))
 
 
 class Sender(Endpoint):
@@ -286,17 +265,16 @@ class Sender(Endpoint):
             stream = torch.cuda.current_stream(self.device).cuda_stream
         self._transfer.update_batch(self._batch, stream)
 
-    def _descriptor(self) -> dict:
-        return {
-            "role": "sender",
-            "staging_cap": self.staging_cap,
-            "tensors": [
-                (m.name, _runtime.dtype_code(m.dtype), list(m.shape))
-                for m in self.metadata.values()
-            ],
-            "holdings": [(n, None if b is None else [list(x) for x in b])
-                         for n, b in self.holdings.items()],
-        }
+    def _offer(self) -> dict:
+        index = {name: i for i, name in enumerate(self.metadata)}
+        return {"sender": (
+            self.staging_cap,
+            [(m.name, _runtime.dtype_code(m.dtype), list(m.shape))
+             for m in self.metadata.values()],
+            [(index[n], None, None) if b is None else
+             (index[n], [a for a, _ in b], [z for _, z in b])
+             for n, b in self.holdings.items()],
+        )}
 
     def send(self, tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]
              ) -> TransferStats:
@@ -408,13 +386,9 @@ class Receiver(Endpoint):
              for name, b in self.fallbacks.items()],
         )
 
-    def _descriptor(self) -> dict:
-        return {
-            "role": "receiver",
-            "staging_cap": self.staging_cap,
-            "atomic": self.atomic,
-            "plan": base64.b64encode(self.plan.plan_bytes).decode(),
-        }
+    def _offer(self) -> dict:
+        return {"receiver": (self.staging_cap, self.atomic, self.plan.native,
+                             self.plan.plan_bytes)}
 
     def receive(self, *, load_fallbacks: bool = True) -> TransferStats:
         """Collective: one update, then ``model.load_weights`` of the

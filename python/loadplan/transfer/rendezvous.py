@@ -1,6 +1,7 @@
 """How the ranks of a transfer meet and swap their set-up data: a
 torch.distributed process group, a torch Store, or one made from an
-``init_method``; and the store the runtime's Gloo rendezvous goes through."""
+``init_method``; and the store that the runtime's rendezvous (Gloo's, and
+the schedule's agreement, loadplan_schedule_agree) goes through."""
 
 from __future__ import annotations
 
@@ -139,22 +140,27 @@ class Rendezvous:
         return rank if self.group is None else self.dist.get_global_rank(self.group, rank)
 
     def store_set(self, key: str, value: bytes) -> None:
-        """The runtime's Gloo rendezvous: stores ``value``."""
+        """The runtime's rendezvous (Gloo's, the schedule's agreement):
+        stores ``value``; raises when the store cannot be reached."""
         try:
             self.store.set(key, value)
-        except Exception as e:  # the runtime reports it as a failed set
+        except Exception as e:  # the runtime reports a lost store
             logger.debug("load plan: store set failed: %s", e)
             raise
 
-    def store_get(self, key: str, timeout_ms: int) -> bytes:
-        """The runtime's Gloo rendezvous: waits for ``key`` and returns its
-        value (raises when it does not come)."""
+    def store_get(self, key: str, timeout_ms: int) -> bytes | None:
+        """The runtime's rendezvous: waits for ``key`` and returns its
+        value, or None when it did not come in time; raises when the store
+        cannot be reached (a dead TCPStore server)."""
         try:
             self.store.wait([key], datetime.timedelta(milliseconds=timeout_ms))
             return self.store.get(key)
-        except Exception as e:  # the runtime reports it as a missing key
+        except self.dist.DistNetworkError as e:  # the runtime reports a lost store
             logger.debug("load plan: store get failed: %s", e)
             raise
+        except self.dist.DistStoreError as e:  # a timeout: the runtime names who is late
+            logger.debug("load plan: store get of %s timed out: %s", key, e)
+            return None
 
     @contextlib.contextmanager
     def _store_errors(self, doing: str, keys: dict[int, str] | None = None):
@@ -178,28 +184,6 @@ class Rendezvous:
             raise transfer_error(
                 f"load plan: rank {self.rank} waited {self.timeout.total_seconds():g} s{waited} "
                 f"while {doing}, in vain ({type(e).__name__}: {e})", "io_error") from None
-
-    def gather(self, payload: bytes) -> list[bytes] | None:
-        """Every rank's payload, on rank 0 (None elsewhere)."""
-        key = f"{self.prefix}/desc"
-        keys = {r: f"{key}/{r}" for r in range(self.world_size)}
-        with self._store_errors("handing in its set-up data", keys):
-            self.store.set(keys[self.rank], payload)
-            if self.rank != 0:
-                return None
-            self.store.wait(list(keys.values()), self.timeout)
-            return [self.store.get(k) for k in keys.values()]
-
-    def settle(self) -> None:
-        """Every rank has what rank 0 handed out: rank 0, whose store the
-        others may be reading (it serves a TCPStore it made), waits for all
-        before it goes on, or away."""
-        key = f"{self.prefix}/settled"
-        keys = {r: f"{key}/{r}" for r in range(self.world_size)}
-        with self._store_errors("waiting for every rank to take the schedule", keys):
-            self.store.set(keys[self.rank], b"1")
-            if self.rank == 0:
-                self.store.wait(list(keys.values()), self.timeout)
 
     def broadcast(self, payload: bytes | None, what: str) -> bytes:
         """Rank 0's payload, on every rank."""

@@ -4,7 +4,6 @@ receiver's plan (schedule_format.h)."""
 
 from __future__ import annotations
 
-import base64
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -166,48 +165,3 @@ class Schedule:
 
     def __str__(self) -> str:
         return self.text()
-
-
-def refusal(descriptors: list[dict]) -> str | None:
-    """What every rank is told when a rank cannot take part in the set-up
-    (endpoints.refuse): the first such rank and its reason; None if none."""
-    for d in descriptors:
-        if d["role"] == "error":
-            reason = d["message"].removeprefix("load plan: ")
-            return f"load plan: rank {d['rank']} refused the set-up: {reason}"
-    return None
-
-
-def build_from(descriptors: list[dict], num_senders: int, world_size: int) -> Schedule:
-    """Rank 0's part of agreeing on a schedule: the schedule of every rank's
-    descriptor (see endpoints.py)."""
-    if (refused := refusal(descriptors)) is not None:
-        raise ValueError(refused)
-    engines = {d["engine"] for d in descriptors}
-    if len(engines) != 1:
-        raise ValueError(f"load plan: ranks ask for different engines: {sorted(engines)}")
-    senders = [d for d in descriptors if d["role"] == "sender"]
-    receivers = [d for d in descriptors if d["role"] == "receiver"]
-    if len(senders) != num_senders or any(d["rank"] >= num_senders for d in senders):
-        raise ValueError(f"load plan: ranks disagree on num_senders ({num_senders} on rank 0)")
-    metadata: dict[str, ParamMeta] = {}
-    for d in senders:
-        for name, code, shape in d["tensors"]:
-            meta = ParamMeta(name, tuple(shape), _runtime.dtype_of(code))
-            if metadata.setdefault(name, meta) != meta:
-                raise ValueError(f"load plan: senders declare {name!r} differently: "
-                                 f"{metadata[name]} and {meta}")
-    return Schedule.build(
-        engines.pop(),
-        world_size,
-        list(metadata.values()),
-        [
-            (d["rank"], {n: (None if b is None else tuple(map(tuple, b))) for n, b in d["holdings"]},
-             d["staging_cap"])
-            for d in senders
-        ],
-        [
-            (d["rank"], base64.b64decode(d["plan"]), d["staging_cap"], d["atomic"])
-            for d in receivers
-        ],
-    )
