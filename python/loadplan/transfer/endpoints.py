@@ -102,10 +102,13 @@ class Endpoint:
     def _agree_on_schedule(self) -> Schedule:
         """Rank 0 gathers every rank's offer, builds the schedule and hands
         it (or why there is none) to all (loadplan_schedule_agree)."""
-        return Schedule(_native.Schedule.agree(
-            self.rank, self.world_size, self.num_senders, engine_code(self.engine),
-            self._rv.store_set, self._rv.store_get, f"{self._rv.prefix}/", self._timeout_ms,
-            **self._offer()))
+        try:
+            return Schedule(_native.Schedule.agree(
+                self.rank, self.world_size, self.num_senders, engine_code(self.engine),
+                self._rv.store_set, self._rv.store_get, f"{self._rv.prefix}/",
+                self._timeout_ms, **self._offer()))
+        except TransferError as e:
+            raise self._rv.with_store_error(e) from None
 
     def _start(self, plan: _runtime.Plan | None = None, layouts: list | None = None,
                fallbacks: list | None = None) -> None:

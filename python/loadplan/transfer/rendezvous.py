@@ -15,7 +15,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from .schedule import transfer_error
+from .schedule import TransferError, transfer_error
 
 logger = logging.getLogger("loadplan")
 
@@ -75,6 +75,9 @@ class Rendezvous:
 
         self.dist = dist
         self.group = group
+        self.store_error: str | None = None
+        """What the store raised when it could not be reached (the
+        runtime's message of a lost store cannot hold it)."""
         self.timeout = datetime.timedelta(seconds=timeout)
         if group is not None:
             if not dist.is_initialized():
@@ -145,7 +148,7 @@ class Rendezvous:
         try:
             self.store.set(key, value)
         except Exception as e:  # the runtime reports a lost store
-            logger.debug("load plan: store set failed: %s", e)
+            self._lost(e)
             raise
 
     def store_get(self, key: str, timeout_ms: int) -> bytes | None:
@@ -156,11 +159,23 @@ class Rendezvous:
             self.store.wait([key], datetime.timedelta(milliseconds=timeout_ms))
             return self.store.get(key)
         except self.dist.DistNetworkError as e:  # the runtime reports a lost store
-            logger.debug("load plan: store get failed: %s", e)
+            self._lost(e)
             raise
         except self.dist.DistStoreError as e:  # a timeout: the runtime names who is late
             logger.debug("load plan: store get of %s timed out: %s", key, e)
             return None
+
+    def _lost(self, error: Exception) -> None:
+        logger.debug("load plan: the store failed: %s", error)
+        if self.store_error is None:
+            self.store_error = f"{type(error).__name__}: {error}"
+
+    def with_store_error(self, error: TransferError) -> TransferError:
+        """``error`` of the runtime, with what the store raised when it
+        was lost (as this module's own errors say it)."""
+        if error.code_name != "io_error" or self.store_error is None:
+            return error
+        return transfer_error(f"{error} ({self.store_error})", "io_error")
 
     @contextlib.contextmanager
     def _store_errors(self, doing: str, keys: dict[int, str] | None = None):
