@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Handle.h"
 #include "Runtime.h"
 #include "TorchTensor.h"
 
@@ -120,13 +121,13 @@ struct PyStore {
   }
 };
 
+constexpr char kCommName[] = "communicator", kScheduleName[] = "schedule",
+               kTransferName[] = "transfer";
+
 /// A communicator (reference-counted by the runtime).
-class Comm {
+class Comm : public Handle<loadplan_comm_t, loadplan_comm_release, kCommName> {
 public:
-  explicit Comm(loadplan_comm_t *comm) : comm(comm) {}
-  Comm(const Comm &) = delete;
-  Comm &operator=(const Comm &) = delete;
-  ~Comm() { close(); }
+  using Handle::Handle;
 
   static Comm *gloo(int32_t rank, int32_t size, const std::string &hostname,
                     nb::object set, nb::object get, const std::string &prefix,
@@ -165,28 +166,13 @@ public:
     return new Comm(comm);
   }
 
-  void close() {
-    loadplan_comm_release(comm);
-    comm = nullptr;
-  }
-
-  loadplan_comm_t *get() const {
-    if (!comm)
-      throw nb::value_error("the communicator is closed");
-    return comm;
-  }
-
-private:
-  loadplan_comm_t *comm;
 };
 
 /// A transfer schedule (reference-counted by the runtime).
-class Schedule {
+class Schedule
+    : public Handle<loadplan_schedule_t, loadplan_schedule_release, kScheduleName> {
 public:
-  explicit Schedule(loadplan_schedule_t *schedule) : schedule(schedule) {}
-  Schedule(const Schedule &) = delete;
-  Schedule &operator=(const Schedule &) = delete;
-  ~Schedule() { loadplan_schedule_release(schedule); }
+  using Handle::Handle;
 
   static Schedule *build(uint32_t engine, int32_t worldSize,
                          const std::vector<TensorTuple> &tensors,
@@ -290,13 +276,13 @@ public:
   nb::bytes toBytes() const {
     const void *data = nullptr;
     size_t size = 0;
-    checkTransfer(loadplan_schedule_bytes(schedule, &data, &size));
+    checkTransfer(loadplan_schedule_bytes(get(), &data, &size));
     return nb::bytes(static_cast<const char *>(data), size);
   }
 
   nb::dict summary() const {
     loadplan_schedule_summary_t s;
-    checkTransfer(loadplan_schedule_summary(schedule, &s));
+    checkTransfer(loadplan_schedule_summary(get(), &s));
     nb::dict out;
     const char *engine = loadplan_engine_name(s.engine);
     out["engine"] = engine ? engine : "unknown";
@@ -322,11 +308,9 @@ public:
   std::string text(bool pieces) {
     const char *text = nullptr;
     size_t size = 0;
-    checkTransfer(loadplan_schedule_text(schedule, pieces ? 1 : 0, &text, &size));
+    checkTransfer(loadplan_schedule_text(get(), pieces ? 1 : 0, &text, &size));
     return std::string(text, size);
   }
-
-  loadplan_schedule_t *schedule;
 };
 
 /// The fast path of a sender's update: what it holds, read once per update
@@ -385,7 +369,8 @@ private:
 
 /// One rank's transfer engine. A receiver's layouts and fallback buffers
 /// stay here for the engine's life.
-class Transfer {
+class Transfer
+    : public Handle<loadplan_transfer_t, loadplan_transfer_release, kTransferName> {
 public:
   Transfer(Comm &comm, Schedule &schedule, Plan *plan,
            const std::vector<LayoutTuple> &layouts,
@@ -406,32 +391,19 @@ public:
                   numThreads,        cFallbacks.data(), cFallbacks.size()};
     }
     loadplan_comm_t *c = comm.get();
+    loadplan_transfer_t *transfer = nullptr;
     loadplan_status_t status;
     {
       nb::gil_scoped_release release;
-      status = loadplan_transfer_create(c, schedule.schedule,
+      status = loadplan_transfer_create(c, schedule.get(),
                                         plan ? &receiver : nullptr, &options,
                                         &transfer);
     }
     checkTransfer(status);
+    reset(transfer);
   }
-  Transfer(const Transfer &) = delete;
-  Transfer &operator=(const Transfer &) = delete;
+  /// The engine goes before the layouts and buffers it was given.
   ~Transfer() { close(); }
-
-  void close() {
-    if (transfer) {
-      nb::gil_scoped_release release;
-      loadplan_transfer_release(transfer);
-      transfer = nullptr;
-    }
-  }
-
-  loadplan_transfer_t *get() const {
-    if (!transfer)
-      throw nb::value_error("the transfer is closed");
-    return transfer;
-  }
 
   /// Collective: one update; `held` is every tensor a sender holds.
   void update(const std::vector<HeldTuple> &held, uintptr_t stream) {
@@ -504,7 +476,6 @@ private:
   std::vector<FallbackTuple> fallbackTuples;
   std::vector<loadplan_target_layout_t> cLayouts;
   std::vector<loadplan_fallback_buffer_t> cFallbacks;
-  loadplan_transfer_t *transfer = nullptr;
 };
 
 } // namespace
