@@ -5,7 +5,7 @@ through ``model.load_weights``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -46,14 +46,14 @@ def load_planned(
         # name unless something is off (then the checks below say what).
         fallbacks = state.binding.check_update(batch)
         if fallbacks is not None:
-            checks.check_layout(model, plan)
+            plan.check_layout(model)
             with torch.no_grad():
                 state.binding.apply_checked()
                 if fallbacks:
                     model.load_weights(fallbacks)
             return
-    checks.check_batch(plan, batch)
-    checks.check_layout(model, plan)
+    _check_batch(plan, batch)
+    plan.check_layout(model)
 
     direct, fallbacks = [], []
     for name, full in batch:
@@ -86,3 +86,35 @@ def copy_with_torch(plan: LoadPlan, direct: list[tuple[str, torch.Tensor]]) -> N
                 # a view, so this copies nothing.
                 part = part.view(d.view.shape)
             d.view.copy_(part)
+
+
+def _check_batch(plan: LoadPlan, batch: Sequence[object]) -> None:
+    """Refuse an update batch that is not (name, tensor) pairs of declared
+    names, each once, with the declared shape and dtype and dense bytes.
+
+    Raises:
+        ValueError: naming the first item that is wrong.
+    """
+    for item in batch:
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise ValueError(f"load plan: expected (name, tensor) pairs, got {checks.describe(item)}")
+        name, full = item
+        entry = plan.entries.get(name) if isinstance(name, str) else None
+        if entry is None:
+            raise ValueError(f"load plan: {name!r} is not a declared checkpoint name")
+        if not isinstance(full, torch.Tensor):
+            raise ValueError(f"load plan: {name!r} is not a tensor: {type(full).__name__}")
+        if tuple(full.shape) != entry.shape or full.dtype != entry.dtype:
+            raise ValueError(
+                f"load plan: {name!r} is {full.dtype} {tuple(full.shape)}, declared "
+                f"{entry.dtype} {entry.shape}"
+            )
+        # Else a fallback's load_weights would fail only after the direct
+        # names were written.
+        if problem := checks.not_dense(full):
+            raise ValueError(f"load plan: {name!r} is {problem}")
+    seen: set[str] = set()
+    for name, _ in batch:
+        if name in seen:
+            raise ValueError(f"load plan: {name!r} is sent twice in one update")
+        seen.add(name)
