@@ -246,11 +246,13 @@ class Entries(Mapping[str, Entry]):
 class RuntimeState:
     """A plan's runtime side, made on first use: its binding to the live
     targets. ``unusable`` says why there is none (targets on several
-    devices, CUDA not built in): then ``load_planned`` copies with torch
-    instead."""
+    devices, CUDA not built in): then ``load_planned`` checks batches with
+    ``check`` and copies with torch instead."""
 
     binding: _runtime.Binding | None = None
     unusable: str | None = None
+    # Where there is no binding: the update batches' check.
+    check: _runtime.UpdateCheck | None = None
 
 
 class LoadPlan:
