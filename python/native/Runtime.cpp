@@ -403,11 +403,11 @@ private:
   /// The entry of `name`: trainers send in the checkpoint's order, the
   /// plan's, so the entry after the last one is tried before hashing.
   uint32_t find(PyObject *name, size_t next) {
-    if (PyUnicode_Check(name)) {
-      Py_ssize_t size = 0;
-      const char *utf8 = PyUnicode_AsUTF8AndSize(name, &size);
-      if (!utf8)
-        throw nb::python_error();
+    Py_ssize_t size = 0;
+    const char *utf8 = PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, &size) : nullptr;
+    if (!utf8)
+      PyErr_Clear(); // a str with no UTF-8 spelling names no entry
+    else {
       std::string_view key(utf8, size);
       if (next < names.size() && names[next] == key)
         return static_cast<uint32_t>(next);
