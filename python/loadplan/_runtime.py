@@ -29,6 +29,10 @@ InvalidPlan = _native.InvalidPlan
 InvalidUpdate = _native.InvalidUpdate
 FingerprintMismatch = _native.FingerprintMismatch
 Plan = _native.Plan
+UpdateCheck = _native.UpdateCheck
+"""An update batch's check against a plan, for a plan with no binding:
+``UpdateCheck(plan).check(batch)`` raises what ``Binding.check_update``
+does and returns the fallback pairs; ``direct()`` the direct ones."""
 
 STATUS_CODES: dict[str, int] = dict(_native.STATUS_CODES)
 """The runtime's status codes (loadplan_status_code_t) by name."""
@@ -171,21 +175,31 @@ class Binding:
             t = t.to(self.device)
         return t.contiguous()
 
-    def check_update(self, batch: list) -> list | None:
+    def check_update(self, batch: list) -> list:
         """The fast path of an update: checks every (name, tensor) pair of
         ``batch`` in one native call and holds the direct ones for
-        ``apply_checked``; returns the fallback pairs in order, or None when
-        something is off or needs torch first (then check in Python, which
-        says what). Writes nothing."""
+        ``apply_checked``; returns the fallback pairs in order. Writes
+        nothing.
+
+        Raises:
+            InvalidUpdate (a ValueError): naming the first pair that is not
+                one of the plan's names, sent once, with its declared dtype
+                and shape and dense bytes.
+        """
         return self._native.check_update(batch)
 
     def apply_checked(self) -> None:
-        """Applies what ``check_update`` held, in one runtime call.
+        """Applies what ``check_update`` held, in one runtime call; direct
+        tensors it could not read where the executor does (another device,
+        pageable memory for CUDA) are moved with torch first.
 
         Raises:
             InvalidUpdate: the runtime refused the batch; nothing was written.
         """
-        self._native.apply_checked(self._stream())
+        if self._native.check_ready:
+            self._native.apply_checked(self._stream())
+        else:
+            self.apply_tensors(self._native.checked_direct())
 
     def apply_tensors(self, tensors: Sequence[tuple[str, torch.Tensor]]) -> None:
         """Copies full checkpoint tensors into their destinations, in one

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 import torch
 
-from . import checks
+from . import _runtime
 from .plan import LoadPlan
 
 
@@ -28,49 +28,38 @@ def load_planned(
     host memory are first copied to the device). Incoming tensors that are
     not contiguous are made contiguous first.
 
-    The whole batch is checked first (names in the plan, each once, shapes
-    and dtypes as declared, the model's tensors where the plan saw them,
-    then the runtime's own checks): nothing is written unless all of it is
-    valid.
+    The whole batch is checked first, in one native call (names in the
+    plan, each once, shapes and dtypes as declared, dense bytes; then the
+    model's tensors where the plan saw them, then the runtime's own
+    checks): nothing is written unless all of it is valid.
 
     Raises:
-        ValueError: a name is not in the plan or sent twice, or a tensor
-            does not match its declaration.
+        InvalidUpdate (a ValueError): a name is not in the plan or sent
+            twice, or a tensor does not match its declaration; the message
+            names the first.
         RuntimeError: the model's tensors are not the ones the plan was
             made for.
     """
     batch = list(weights)
     state = plan.runtime
-    if state.binding is not None:
-        # One native call checks the whole batch; Python does nothing per
-        # name unless something is off (then the checks below say what).
-        fallbacks = state.binding.check_update(batch)
-        if fallbacks is not None:
-            checks.check_layout(model, plan)
-            with torch.no_grad():
-                state.binding.apply_checked()
-                if fallbacks:
-                    model.load_weights(fallbacks)
-            return
-    checks.check_batch(plan, batch)
-    checks.check_layout(model, plan)
-
-    direct, fallbacks = [], []
-    for name, full in batch:
-        kind = plan.entries[name].kind
-        if kind == "fallback":
-            fallbacks.append((name, full))
-        elif kind == "direct":
-            direct.append((name, full))
     if state.binding is None and state.unusable is None:
         plan.bind()
+    if state.binding is not None:
+        # One native call checks the whole batch and holds the direct names;
+        # Python does nothing per name.
+        fallbacks = state.binding.check_update(batch)
+        plan.check_layout(model)
+        with torch.no_grad():
+            state.binding.apply_checked()
+            if fallbacks:
+                model.load_weights(fallbacks)
+        return
+    if state.check is None:
+        state.check = _runtime.UpdateCheck(plan.native)
+    fallbacks = state.check.check(batch)
+    plan.check_layout(model)
     with torch.no_grad():
-        if state.binding is not None:
-            # One call for the whole batch; the runtime checks it all
-            # before it writes a byte.
-            state.binding.apply_tensors(direct)
-        else:
-            copy_with_torch(plan, direct)
+        copy_with_torch(plan, state.check.direct())
         if fallbacks:
             model.load_weights(fallbacks)
 
@@ -86,3 +75,4 @@ def copy_with_torch(plan: LoadPlan, direct: list[tuple[str, torch.Tensor]]) -> N
                 # a view, so this copies nothing.
                 part = part.view(d.view.shape)
             d.view.copy_(part)
+

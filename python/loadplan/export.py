@@ -40,8 +40,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .checks import check_plannable, declare
-from .plan import ParamMeta
+from .checks import check_plannable
+from .plan import ParamMeta, declare
 from .planning import compile_ir
 
 logger = logging.getLogger("loadplan")

@@ -15,14 +15,14 @@ from __future__ import annotations
 import logging
 import os
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 
 import torch
 
-from . import _runtime, checks
+from . import _ir, _runtime, checks
 from .capture import Capture, Target, Targets
 
 logger = logging.getLogger("loadplan")
@@ -48,6 +48,22 @@ class ParamMeta:
         if not isinstance(self.dtype, torch.dtype):
             raise TypeError(f"load plan: {self.name!r} has no torch dtype: {self.dtype!r}")
         object.__setattr__(self, "shape", shape)
+
+
+def declare(metadata: Iterable[ParamMeta]) -> dict[str, ParamMeta]:
+    """The declared checkpoint tensors by name, in arrival order.
+
+    Raises:
+        ValueError: a name is declared twice, or has a dtype no plan holds.
+    """
+    metas: dict[str, ParamMeta] = {}
+    for meta in metadata:
+        if meta.name in metas:
+            raise ValueError(f"load plan: {meta.name!r} is declared twice")
+        if not _ir.has_element_type(meta.dtype):
+            raise ValueError(f"load plan: {meta.name!r} has an unsupported dtype {meta.dtype}")
+        metas[meta.name] = meta
+    return metas
 
 
 @dataclass(frozen=True)
@@ -139,7 +155,9 @@ class TargetLayout:
         )
 
     def holds(self) -> bool:
-        """Whether the model still has this tensor, where it was."""
+        """Whether the model still has this tensor, where it was: the
+        binding holds its address. (Which field of a layout differs is the
+        runtime's to say, ``LoadPlan.check_layout``.)"""
         owner = self.owner
         t = owner._parameters.get(self.attr)
         if t is None:
@@ -228,11 +246,13 @@ class Entries(Mapping[str, Entry]):
 class RuntimeState:
     """A plan's runtime side, made on first use: its binding to the live
     targets. ``unusable`` says why there is none (targets on several
-    devices, CUDA not built in): then ``load_planned`` copies with torch
-    instead."""
+    devices, CUDA not built in): then ``load_planned`` checks batches with
+    ``check`` and copies with torch instead."""
 
     binding: _runtime.Binding | None = None
     unusable: str | None = None
+    # Where there is no binding: the update batches' check.
+    check: _runtime.UpdateCheck | None = None
 
 
 class LoadPlan:
@@ -257,6 +277,7 @@ class LoadPlan:
         summary = native.summary()
         self.fingerprint = f"{summary['fingerprint']:016x}"
         self.summary = summary
+        match_targets(native, targets)
         self.targets = targets
         self.entries: Entries = Entries(native, [t.qualified_name for t in targets])
         # Every target of the plan, in plan order: what the runtime binds.
@@ -359,9 +380,7 @@ class LoadPlan:
         """
         checks.check_plannable(model)
         native = _runtime.open_plan(path)
-        targets = Targets(model).targets
-        _match_targets(native, targets)
-        native.check_layout([_runtime.layout(t.real) for t in targets])
+        targets = _live_targets(native, model)
         plan = cls(native, Path(path).read_bytes(), targets, model,
                    report=native.report(f"loaded from {os.fspath(path)}"))
         log_report(plan)
@@ -385,7 +404,7 @@ class LoadPlan:
             raise ValueError(f"load plan: num_threads must be at least 1, got {num_threads}")
         model = self.model
         if model is not None:
-            checks.check_layout(model, self)
+            self.check_layout(model)
         state = self.runtime
         if state.binding is not None:
             state.binding.close()
@@ -404,6 +423,52 @@ class LoadPlan:
         if state.unusable:
             logger.warning("load plan: copying with torch: %s", state.unusable)
         return state.binding
+
+    def check_layout(self, model: torch.nn.Module) -> None:
+        """Refuse a model that is not the plan's, or whose written tensors
+        were replaced or moved since planning (the binding holds their
+        addresses). Which field of a layout differs, the runtime says
+        (``loadplan_plan_check_layout``); a tensor that is another one with
+        the plan's layout is refused here.
+
+        Raises:
+            RuntimeError: the plan was made for another model, or a tensor
+                is not where it was (``FingerprintMismatch`` naming the
+                first target and field that differ, where one does).
+        """
+        if self.model is not model:
+            raise RuntimeError("load plan: the plan was made for another model")
+        for layout in self.layouts:
+            if not layout.holds():
+                _live_targets(self.native, model)
+                raise RuntimeError(
+                    f"load plan: {layout.name} is not the tensor the plan was made for "
+                    "(it was replaced or moved); plan again"
+                )
+
+    def check_checkpoint(self, metadata: Iterable[ParamMeta], what: str = "the plan") -> None:
+        """Refuse a checkpoint other than the plan's (names, dtypes,
+        shapes; the order may differ); ``what`` names the plan in the
+        message.
+
+        Raises:
+            ValueError: naming the first name that differs, or the counts.
+        """
+        metas = declare(metadata)
+        for m in metas.values():
+            e = self.entries.get(m.name)
+            if e is None or e.dtype != m.dtype or e.shape != m.shape:
+                got = "no such name" if e is None else f"{e.dtype} {list(e.shape)}"
+                raise ValueError(
+                    f"load plan: {what} was made for another checkpoint: {m.name!r} is "
+                    f"{m.dtype} {list(m.shape)} in the metadata but the plan has {got}"
+                )
+        if len(self.entries) != len(metas):
+            extra = [n for n in self.entries if n not in metas][:3]
+            raise ValueError(
+                f"load plan: {what} was made for another checkpoint: the plan has "
+                f"{len(self.entries)} names, the metadata {len(metas)} (e.g. {extra})"
+            )
 
     @property
     def binding(self) -> _runtime.Binding | None:
@@ -425,9 +490,13 @@ def _storage_view(
     return view
 
 
-def _match_targets(native: _runtime.Plan, targets: list[Target]) -> None:
-    """Refuse a model whose parameters and buffers are not the plan's
-    targets, naming the first that differs."""
+def match_targets(native: _runtime.Plan, targets: list[Target]) -> None:
+    """Refuse targets (a model's parameters and buffers, or a capture's)
+    that are not the plan's, naming the first that differs.
+
+    Raises:
+        FingerprintMismatch: the message names the target.
+    """
     planned = []
     for i in range(native.summary()["targets"]):
         t = native.target(i)
@@ -445,6 +514,20 @@ def _match_targets(native: _runtime.Plan, targets: list[Target]) -> None:
             f"the plan has {len(planned)} targets but the model {len(live)}: "
             f"{where} {extra!r}"
         )
+
+
+def _live_targets(native: _runtime.Plan, model: torch.nn.Module) -> list[Target]:
+    """``model``'s targets now, refused unless they are the plan's, with
+    the plan's layout.
+
+    Raises:
+        FingerprintMismatch: naming the first target (and field) that
+            differs.
+    """
+    targets = Targets(model).targets
+    match_targets(native, targets)
+    native.check_layout([_runtime.layout(t.real) for t in targets])
+    return targets
 
 
 def log_report(plan: LoadPlan) -> None:

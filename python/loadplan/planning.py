@@ -16,7 +16,7 @@ import torch
 
 from . import _native, _runtime, checks
 from .capture import Capture, capture
-from .plan import LoadPlan, ParamMeta, PlanError, log_report
+from .plan import LoadPlan, ParamMeta, PlanError, declare, log_report
 
 logger = logging.getLogger("loadplan")
 
@@ -97,10 +97,11 @@ def plan_loads(
     Raises:
         ValueError: a name is declared twice, or has a dtype no plan holds.
         RuntimeError: the model cannot be planned (``PlanError`` when the
-            compiler refuses it).
+            compiler refuses it, ``FingerprintMismatch`` when the compiled
+            plan names other targets than captured).
     """
     checks.check_plannable(model)
-    metas = checks.declare(metadata)
+    metas = declare(metadata)
     t0 = time.perf_counter()
     captured = capture(model, metas, fallback_modules=fallback_modules)
     traced = time.perf_counter() - t0
@@ -123,15 +124,10 @@ def plan_loads(
         logger.debug("load plan: %s", remark)
 
     native = _runtime.open_plan(out["plan"])
-    targets = captured.targets.targets
-    if native.summary()["targets"] != len(targets) or any(
-        (t.module, t.tensor) != (native.target(i)["module"], native.target(i)["tensor"])
-        for i, t in enumerate(targets)
-    ):
-        raise RuntimeError("load plan: the compiled plan names other targets than captured")
     report = out["report"].rstrip("\n") + f"; traced in {traced:.2f} s\n"
-    plan = LoadPlan(native, out["plan"], targets, model, report=report, capture=captured,
-                    dumped=paths)
+    # LoadPlan refuses a compiled plan that names other targets than captured.
+    plan = LoadPlan(native, out["plan"], captured.targets.targets, model, report=report,
+                    capture=captured, dumped=paths)
     log_report(plan)
     return plan
 
@@ -165,19 +161,5 @@ def plan_or_load(
         plan.save(path)
         return plan
     plan = LoadPlan.load(path, model)
-    metas = checks.declare(metadata)
-    for m in metas.values():
-        e = plan.entries.get(m.name)
-        if e is None or e.dtype != m.dtype or e.shape != tuple(m.shape):
-            got = "no such name" if e is None else f"{e.dtype} {list(e.shape)}"
-            raise ValueError(
-                f"load plan: {path} was made for another checkpoint: {m.name!r} is "
-                f"{m.dtype} {list(m.shape)} in the metadata but the plan has {got}"
-            )
-    if len(plan.entries) != len(metas):
-        extra = [n for n in plan.entries if n not in metas][:3]
-        raise ValueError(
-            f"load plan: {path} was made for another checkpoint: the plan has "
-            f"{len(plan.entries)} names, the metadata {len(metas)} (e.g. {extra})"
-        )
+    plan.check_checkpoint(metadata, str(path))
     return plan

@@ -15,8 +15,7 @@ from typing import Any
 import torch
 
 from .apply import load_planned
-from .checks import declare
-from .plan import LoadPlan, ParamMeta
+from .plan import LoadPlan, ParamMeta, declare
 from .planning import plan_loads
 
 

@@ -21,6 +21,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -263,6 +264,203 @@ struct PlanMethods {
   }
 };
 
+/// Raises InvalidUpdate with `message`: an update batch refused before a
+/// byte was written.
+[[noreturn]] void refuseUpdate(const std::string &message) {
+  nb::object exc = errors().invalidUpdate("load plan: " + message);
+  exc.attr("code") = static_cast<int>(LOADPLAN_STATUS_INVALID_UPDATE);
+  exc.attr("code_name") = loadplan_status_code_name(LOADPLAN_STATUS_INVALID_UPDATE);
+  PyErr_SetObject(errors().invalidUpdate.ptr(), exc.ptr());
+  throw nb::python_error();
+}
+
+/// An item of a batch for a message, without printing a tensor's values.
+std::string describe(PyObject *item) {
+  if (PyUnicode_Check(item) || PyLong_Check(item) || PyFloat_Check(item) || item == Py_None)
+    return reprOf(item);
+  std::string type = nb::cast<std::string>(nb::handle(item).type().attr("__name__"));
+  if (PyList_Check(item) || PyTuple_Check(item))
+    return "a " + type + " of " + std::to_string(PySequence_Size(item)) + " items";
+  return "a " + type;
+}
+
+/// An update of full tensors, checked against a plan: a list of (name,
+/// torch.Tensor) pairs, names of the plan, each once, with the declared
+/// dtype and shape, and dense. The one place these rules are written: a
+/// batch that breaks one raises InvalidUpdate naming the first item that
+/// is wrong and how. Holds the direct entries by index, with their bytes
+/// where the executor reads them on the given device, and gives back the
+/// fallback pairs. Writes nothing.
+class UpdateCheck {
+public:
+  explicit UpdateCheck(Plan &plan) : plan(&plan) {}
+
+  /// Checks `batch`. `deviceType` is the binding's (loadplan_device_type_t),
+  /// or -1 for none: then no bytes are read and each direct tensor is
+  /// checked dense as a fallback's is. `ready()` says afterwards whether
+  /// every direct tensor's bytes were read.
+  nb::list check(nb::handle batch, int32_t deviceType, int32_t deviceIndex) {
+    buildEntries();
+    pendingEntries.clear();
+    pendingData.clear();
+    pendingItems.clear();
+    keep.clear();
+    checked = nb::object();
+    allRead = deviceType >= 0;
+    if (++generation == 0) {
+      std::fill(seen.begin(), seen.end(), 0);
+      generation = 1;
+    }
+    if (!torchTypes().tensorType.is_valid())
+      throw nb::type_error("load plan: loadplan._runtime sets torch's types first");
+    if (!PyList_Check(batch.ptr()))
+      throw nb::type_error("load plan: an update batch is a list");
+    size_t next = 0;
+    nb::list fallbacks;
+    Py_ssize_t n = PyList_GET_SIZE(batch.ptr());
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject *item = PyList_GET_ITEM(batch.ptr(), i);
+      if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2)
+        refuseUpdate("expected (name, tensor) pairs, got " + describe(item));
+      PyObject *name = PyTuple_GET_ITEM(item, 0), *t = PyTuple_GET_ITEM(item, 1);
+      uint32_t index = find(name, next);
+      next = index + 1;
+      const EntryInfo &e = entries[index];
+      // A fallback's tensor goes to load_weights: strided, not a meta
+      // tensor. (A direct one's bytes are read on the binding's device,
+      // which tensorData checks.)
+      bool forLoader = e.kind != LOADPLAN_KIND_DIRECT || deviceType < 0;
+      if (!tensorMatches(t, e.dtype, e.shape.data(), e.shape.size(), forLoader))
+        refuseUpdate(reprOf(name) + " is " +
+                     tensorMismatch(t, e.dtype, e.shape.data(), e.shape.size(), forLoader));
+      if (seen[index] == generation)
+        refuseUpdate(reprOf(name) + " is sent twice in one update");
+      seen[index] = generation;
+      if (e.kind == LOADPLAN_KIND_FALLBACK) {
+        fallbacks.append(nb::handle(item));
+        continue;
+      }
+      if (e.kind != LOADPLAN_KIND_DIRECT)
+        continue; // unneeded: this rank needs none of it
+      const void *data = nullptr;
+      if (allRead) {
+        data = tensorData(t, deviceType, deviceIndex, keep);
+        if (!data) {
+          // No data pointer: torch has none for a tensor without strided
+          // storage; else it is elsewhere, for torch to move.
+          std::string problem = notDense(t);
+          if (!problem.empty())
+            refuseUpdate(reprOf(name) + " is " + problem);
+          allRead = false;
+        }
+      }
+      pendingEntries.push_back(index);
+      pendingData.push_back(data);
+      pendingItems.push_back(i);
+    }
+    // The tensors live in `batch`, which is held until taken.
+    checked = nb::borrow(batch);
+    return fallbacks;
+  }
+
+  bool ready() const { return allRead && checked.is_valid(); }
+
+  /// The direct pairs of the batch checked, in order.
+  nb::list direct() const {
+    nb::list out;
+    if (checked.is_valid())
+      for (Py_ssize_t i : pendingItems)
+        out.append(nb::handle(PyList_GET_ITEM(checked.ptr(), i)));
+    return out;
+  }
+
+  /// The names held for an apply, in order.
+  std::vector<std::string> pendingNames() const {
+    std::vector<std::string> out;
+    out.reserve(pendingEntries.size());
+    for (uint32_t index : pendingEntries)
+      out.push_back(names[index]);
+    return out;
+  }
+
+  /// Hands what `check` held to `apply(entries, data)`, the batch and any
+  /// contiguous copies alive through it, then forgets it.
+  template <typename Apply> void take(Apply apply) {
+    if (!ready())
+      throw nb::value_error("apply_checked without a check_update whose tensors were read");
+    std::vector<uint32_t> e = std::move(pendingEntries);
+    std::vector<const void *> d = std::move(pendingData);
+    pendingEntries.clear();
+    pendingData.clear();
+    pendingItems.clear();
+    nb::object hold = std::move(checked);
+    std::vector<nb::object> held = std::move(keep);
+    keep.clear();
+    apply(e, d);
+  }
+
+private:
+  /// The entry of `name`: trainers send in the checkpoint's order, the
+  /// plan's, so the entry after the last one is tried before hashing.
+  uint32_t find(PyObject *name, size_t next) {
+    Py_ssize_t size = 0;
+    const char *utf8 = PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, &size) : nullptr;
+    if (!utf8)
+      PyErr_Clear(); // a str with no UTF-8 spelling names no entry
+    else {
+      std::string_view key(utf8, size);
+      if (next < names.size() && names[next] == key)
+        return static_cast<uint32_t>(next);
+      auto found = byName.find(key);
+      if (found != byName.end())
+        return found->second;
+    }
+    refuseUpdate(reprOf(name) + " is not a declared checkpoint name");
+  }
+
+  /// What a check needs of each entry, by name (made on first use).
+  struct EntryInfo {
+    uint8_t kind;
+    uint32_t dtype;
+    std::vector<int64_t> shape;
+  };
+
+  void buildEntries() {
+    if (entriesBuilt)
+      return;
+    loadplan_plan_summary_t s;
+    loadplan_python::check(loadplan_plan_summary(plan->plan, &s));
+    names.reserve(s.num_entries);
+    entries.reserve(s.num_entries);
+    for (uint32_t i = 0; i < s.num_entries; ++i) {
+      loadplan_entry_info_t e;
+      loadplan_python::check(loadplan_plan_entry(plan->plan, i, &e));
+      names.emplace_back(e.name, e.name_size);
+      entries.push_back({static_cast<uint8_t>(e.kind), e.dtype, ints(e.shape, e.rank)});
+    }
+    for (uint32_t i = 0; i < s.num_entries; ++i)
+      byName.emplace(names[i], i);
+    seen.assign(s.num_entries, 0);
+    entriesBuilt = true;
+  }
+
+  Plan *plan;
+  bool entriesBuilt = false;
+  std::vector<std::string> names;
+  std::vector<EntryInfo> entries;
+  std::unordered_map<std::string_view, uint32_t> byName;
+  std::vector<uint32_t> seen;
+  uint32_t generation = 0;
+  bool allRead = false;
+  /// What check holds: entry indices, their data (null where unread), the
+  /// items' places in the batch.
+  std::vector<uint32_t> pendingEntries;
+  std::vector<const void *> pendingData;
+  std::vector<Py_ssize_t> pendingItems;
+  std::vector<nb::object> keep;
+  nb::object checked;
+};
+
 /// A plan bound to live memory.
 class Binding {
 public:
@@ -307,108 +505,30 @@ public:
     return n;
   }
 
-  /// The fast path of an update of full tensors: checks a list of (name,
-  /// torch.Tensor) pairs against the plan (names of it, each once, the
-  /// declared dtype and shape, dense, direct ones on the binding's device)
-  /// and holds the direct ones for applyChecked. Returns the fallback pairs
-  /// in order, or None when anything is off or needs torch first (another
-  /// device, pageable memory for CUDA): the caller then checks in Python,
-  /// which says what is wrong. Writes nothing.
-  nb::object checkUpdate(nb::handle batch) {
+  /// The fast path of an update of full tensors: checks the batch
+  /// (UpdateCheck, which raises InvalidUpdate saying what is wrong) and
+  /// holds the direct entries, read on the binding's device, for
+  /// applyChecked. Returns the fallback pairs in order. Writes nothing.
+  nb::list checkUpdate(nb::handle batch) {
     get();
-    buildEntries();
-    pendingEntries.clear();
-    pendingData.clear();
-    keep.clear();
-    ++generation;
-    size_t next = 0;
-    const TorchTypes &torch = torchTypes();
-    if (!torch.tensorType.is_valid() || !PyList_Check(batch.ptr()))
-      return nb::none();
-    nb::list fallbacks;
-    Py_ssize_t n = PyList_GET_SIZE(batch.ptr());
-    for (Py_ssize_t i = 0; i < n; ++i) {
-      PyObject *item = PyList_GET_ITEM(batch.ptr(), i);
-      if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2)
-        return nb::none();
-      PyObject *name = PyTuple_GET_ITEM(item, 0), *t = PyTuple_GET_ITEM(item, 1);
-      if (!PyUnicode_Check(name))
-        return nb::none();
-      Py_ssize_t size = 0;
-      const char *utf8 = PyUnicode_AsUTF8AndSize(name, &size);
-      if (!utf8) {
-        PyErr_Clear();
-        return nb::none();
-      }
-      // Trainers send in the checkpoint's order, the plan's: try the entry
-      // after the last one before hashing.
-      std::string_view key(utf8, size);
-      uint32_t index;
-      if (next < names.size() && names[next] == key) {
-        index = next;
-      } else {
-        auto found = byName.find(key);
-        if (found == byName.end())
-          return nb::none();
-        index = found->second;
-      }
-      next = index + 1;
-      if (seen[index] == generation)
-        return nb::none(); // sent twice
-      seen[index] = generation;
-      const EntryInfo &e = entries[index];
-      // A fallback's tensor goes to load_weights: strided, not a meta
-      // tensor. (A direct one's bytes are read on the binding's device,
-      // which tensorData checks.)
-      if (!tensorMatches(t, e.dtype, e.shape.data(), e.shape.size(),
-                         /*forLoader=*/e.kind != LOADPLAN_KIND_DIRECT))
-        return nb::none();
-      if (e.kind == LOADPLAN_KIND_FALLBACK) {
-        fallbacks.append(nb::handle(item));
-        continue;
-      }
-      if (e.kind != LOADPLAN_KIND_DIRECT)
-        continue; // unneeded: this rank needs none of it
-      const void *data = tensorData(t, deviceType, deviceIndex, keep);
-      if (!data)
-        return nb::none();
-      pendingEntries.push_back(index);
-      pendingData.push_back(data);
-    }
-    // The tensors live in `batch`, which is held until applyChecked.
-    checked = nb::borrow(batch);
-    return fallbacks;
-  }
-
-  /// The names checkUpdate holds for applyChecked, in order.
-  std::vector<std::string> pendingNames() const {
-    std::vector<std::string> out;
-    out.reserve(pendingEntries.size());
-    for (uint32_t index : pendingEntries)
-      out.push_back(names[index]);
-    return out;
+    return updates.check(batch, static_cast<int32_t>(deviceType), deviceIndex);
   }
 
   /// Applies what checkUpdate held, in one runtime call: by entry index,
   /// since checkUpdate found each name's entry and checked its dtype and
   /// shape (the runtime checks the rest again before it writes a byte).
   void applyChecked(uintptr_t stream) {
-    if (!checked.is_valid())
-      throw nb::value_error("apply_checked without check_update");
-    std::vector<uint32_t> entries = std::move(pendingEntries);
-    std::vector<const void *> data = std::move(pendingData);
-    pendingEntries.clear();
-    pendingData.clear();
-    // The pairs and any contiguous copies stay alive through the call.
-    nb::object hold = std::move(checked);
-    std::vector<nb::object> held = std::move(keep);
-    keep.clear();
-    run(
-        [&](loadplan_binding_t *b, void *s) {
-          return loadplan_apply_entries(b, entries.data(), data.data(), entries.size(), s);
-        },
-        stream);
+    updates.take([&](const std::vector<uint32_t> &entries,
+                     const std::vector<const void *> &data) {
+      run(
+          [&](loadplan_binding_t *b, void *s) {
+            return loadplan_apply_entries(b, entries.data(), data.data(), entries.size(), s);
+          },
+          stream);
+    });
   }
+
+  const UpdateCheck &checked() const { return updates; }
 
   nb::dict stats() const {
     loadplan_binding_stats_t s;
@@ -512,47 +632,11 @@ private:
     check(status);
   }
 
-  /// What checkUpdate needs of each entry, by name (made on first use).
-  struct EntryInfo {
-    uint8_t kind;
-    uint32_t dtype;
-    std::vector<int64_t> shape;
-  };
-
-  void buildEntries() {
-    if (entriesBuilt)
-      return;
-    loadplan_plan_summary_t s;
-    check(loadplan_plan_summary(plan->plan, &s));
-    names.reserve(s.num_entries);
-    entries.reserve(s.num_entries);
-    for (uint32_t i = 0; i < s.num_entries; ++i) {
-      loadplan_entry_info_t e;
-      check(loadplan_plan_entry(plan->plan, i, &e));
-      names.emplace_back(e.name, e.name_size);
-      entries.push_back({static_cast<uint8_t>(e.kind), e.dtype, ints(e.shape, e.rank)});
-    }
-    for (uint32_t i = 0; i < s.num_entries; ++i)
-      byName.emplace(names[i], i);
-    seen.assign(s.num_entries, 0);
-    entriesBuilt = true;
-  }
-
   Plan *plan;
   uint32_t deviceType;
   int32_t deviceIndex;
   loadplan_binding_t *binding = nullptr;
-  bool entriesBuilt = false;
-  std::vector<std::string> names;
-  std::vector<EntryInfo> entries;
-  std::unordered_map<std::string_view, uint32_t> byName;
-  std::vector<uint32_t> seen;
-  uint32_t generation = 0;
-  /// What checkUpdate holds for applyChecked: entry indices, their data.
-  std::vector<uint32_t> pendingEntries;
-  std::vector<const void *> pendingData;
-  std::vector<nb::object> keep;
-  nb::object checked;
+  UpdateCheck updates{*plan};
 };
 
 } // namespace
@@ -670,6 +754,18 @@ void loadplan_python::defineRuntime(nb::module_ &m) {
           "that differ, unless `layouts` (data, byte_offset, storage_size, "
           "dtype, shape, stride per target) is the plan's layout.");
 
+  nb::class_<UpdateCheck>(m, "UpdateCheck",
+                          "An update batch's check against a plan, without a "
+                          "binding")
+      .def(nb::init<Plan &>(), nb::arg("plan"), nb::keep_alive<1, 2>())
+      .def(
+          "check", [](UpdateCheck &c, nb::handle batch) { return c.check(batch, -1, 0); },
+          nb::arg("batch"),
+          "Checks (name, torch.Tensor) pairs against the plan, as "
+          "Binding.check_update does; returns the fallback pairs.")
+      .def("direct", &UpdateCheck::direct,
+           "The direct pairs of the batch checked, in order.");
+
   nb::class_<Binding>(m, "Binding", "A plan bound to live memory")
       .def(nb::init<Plan &, const std::vector<LayoutTuple> &, uint32_t, int32_t,
                     uint32_t>(),
@@ -691,11 +787,19 @@ void loadplan_python::defineRuntime(nb::module_ &m) {
            "Applies packed boxes, (name, data, dtype, starts, stops) each, "
            "in one call; all or nothing.")
       .def("check_update", &Binding::checkUpdate, nb::arg("batch"),
-           "Checks (name, torch.Tensor) pairs against the plan and holds the "
-           "direct ones; returns the fallback pairs, or None when Python must "
-           "check (and say what is wrong). Writes nothing.")
-      .def("pending_names", &Binding::pendingNames,
-           "The direct names check_update holds, in order.")
+           "Checks (name, torch.Tensor) pairs against the plan (InvalidUpdate "
+           "says what is wrong) and holds the direct ones; returns the "
+           "fallback pairs. Writes nothing.")
+      .def_prop_ro(
+          "check_ready", [](const Binding &b) { return b.checked().ready(); },
+          "Whether check_update read every direct tensor on the binding's "
+          "device (else torch moves them first: checked_direct).")
+      .def(
+          "checked_direct", [](const Binding &b) { return b.checked().direct(); },
+          "The direct pairs check_update held, in order.")
+      .def(
+          "pending_names", [](const Binding &b) { return b.checked().pendingNames(); },
+          "The direct names check_update holds, in order.")
       .def("apply_checked", &Binding::applyChecked, nb::arg("stream") = 0,
            "Applies what check_update held, in one runtime call.")
       .def("close", &Binding::close, "Releases the binding now.");

@@ -6,6 +6,8 @@
 
 #include "loadplan/runtime.h"
 
+#include <string>
+
 namespace nb = nanobind;
 using namespace loadplan_python;
 
@@ -157,4 +159,71 @@ const void *loadplan_python::tensorData(PyObject *t, uint32_t deviceType, int32_
   if (!data.is_valid())
     return fail(), nullptr;
   return reinterpret_cast<const void *>(PyLong_AsUnsignedLongLong(data.ptr()));
+}
+
+/// `repr(o)`, or with `!repr` `str(o)`; a placeholder when that raises.
+static std::string textOf(PyObject *o, bool repr) {
+  nb::object r = nb::steal(repr ? PyObject_Repr(o) : PyObject_Str(o));
+  const char *text = r.is_valid() ? PyUnicode_AsUTF8(r.ptr()) : nullptr;
+  if (!text) {
+    PyErr_Clear();
+    return "<unprintable>";
+  }
+  return text;
+}
+
+std::string loadplan_python::reprOf(PyObject *o) { return textOf(o, true); }
+
+static std::string strOf(PyObject *o) { return textOf(o, false); }
+
+/// torch's name of plan dtype `code` ("torch.float32").
+static std::string torchDtypeName(uint32_t code) {
+  for (const auto &[dtype, c] : torchTypes().dtypeCodes)
+    if (c == code)
+      return strOf(dtype);
+  return std::string("torch.") + loadplan_dtype_name(code);
+}
+
+/// A shape as Python prints a tuple: "()", "(3,)", "(2, 3)".
+static std::string shapeText(const int64_t *shape, size_t rank) {
+  std::string out = "(";
+  for (size_t k = 0; k < rank; ++k)
+    out += (k ? ", " : "") + std::to_string(shape[k]);
+  return out + (rank == 1 ? ",)" : ")");
+}
+
+std::string loadplan_python::notDense(PyObject *t) {
+  nb::object meta = property(t, kIsMeta), layout = property(t, kLayout);
+  if (!meta.is_valid() || !layout.is_valid()) {
+    PyErr_Clear();
+    return "a tensor whose layout cannot be read";
+  }
+  if (meta.ptr() == Py_True)
+    return "a meta tensor, which holds no data";
+  if (layout.ptr() != torchTypes().strided.ptr())
+    return "a " + strOf(layout.ptr()) + " tensor, not a dense (strided) one";
+  return "";
+}
+
+std::string loadplan_python::tensorMismatch(PyObject *t, uint32_t dtype, const int64_t *shape,
+                                            size_t rank, bool forLoader) {
+  const TorchTypes &torch = torchTypes();
+  if (!PyObject_TypeCheck(t, reinterpret_cast<PyTypeObject *>(torch.tensorType.ptr())))
+    return "not a tensor: " + strOf(nb::handle(t).type().attr("__name__").ptr());
+  nb::object d = property(t, kDtype), s = property(t, kShape);
+  nb::object dims = s.is_valid() ? nb::steal(PySequence_Tuple(s.ptr())) : nb::object();
+  if (!d.is_valid() || !dims.is_valid()) {
+    PyErr_Clear();
+    return "a tensor whose dtype and shape cannot be read";
+  }
+  auto code = torch.dtypeCodes.find(d.ptr());
+  bool same = code != torch.dtypeCodes.end() && code->second == dtype &&
+              PyTuple_GET_SIZE(dims.ptr()) == static_cast<Py_ssize_t>(rank);
+  for (size_t k = 0; same && k < rank; ++k)
+    same = PyLong_AsLongLong(PyTuple_GET_ITEM(dims.ptr(), k)) == shape[k];
+  PyErr_Clear();
+  if (!same)
+    return strOf(d.ptr()) + " " + reprOf(dims.ptr()) + ", declared " + torchDtypeName(dtype) +
+           " " + shapeText(shape, rank);
+  return forLoader ? notDense(t) : "";
 }

@@ -3,8 +3,9 @@
 // What the update fast paths need of a torch.Tensor, read through Python's
 // C API from the attributes torch exposes (the module links no libtorch):
 // whether it has a given dtype and shape and is dense, and a pointer to its
-// bytes on a given device, made contiguous. Each answers "no" rather than
-// raise: the caller then lets the Python path say what is wrong.
+// bytes on a given device, made contiguous. The fast checks answer "no"
+// rather than raise; tensorMismatch and notDense then say why, for the
+// caller's message.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,6 +15,7 @@
 #include <nanobind/nanobind.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace loadplan_python {
@@ -27,6 +29,21 @@ namespace loadplan_python {
 /// 50,000 tensors per update, the two reads cost a sixth of the checks.
 bool tensorMatches(PyObject *t, uint32_t dtype, const int64_t *shape, size_t rank,
                    bool forLoader);
+
+/// Why `t` is not what tensorMatches asks for, as the message after
+/// "'name' is ": "not a tensor: list", "torch.float64 (2, 3), declared
+/// torch.float32 (2, 3)", or what notDense says; "" when it is. Only for
+/// a tensor the fast check refused: it reads what that check skips.
+std::string tensorMismatch(PyObject *t, uint32_t dtype, const int64_t *shape, size_t rank,
+                           bool forLoader);
+
+/// Why the bytes of tensor `t` cannot be copied from ("a meta tensor, which
+/// holds no data", "a torch.sparse_coo tensor, not a dense (strided) one"),
+/// or "".
+std::string notDense(PyObject *t);
+
+/// `repr(o)` (or a placeholder when that raises).
+std::string reprOf(PyObject *o);
 
 /// The first byte of `t`'s elements, contiguous, on device `deviceType`
 /// (loadplan_device_type_t) and, for CUDA, `deviceIndex`; a contiguous copy

@@ -229,26 +229,34 @@ BATCHES = [unknown_name, name_not_a_str, wrong_dtype, wrong_shape, wrong_shape_u
 
 
 @pytest.fixture(scope="module")
-def planned() -> Callable[[str], Planned]:
-    """Rank 1 of 2 of each example, planned once for the module."""
-    cache: dict[str, Planned] = {}
+def planned() -> Callable[[str, str], Planned]:
+    """Rank 1 of 2 of each example, planned once for the module, applied
+    through the runtime or, as where it cannot bind, with torch."""
+    cache: dict[tuple[str, str], Planned] = {}
 
-    def get(example: str) -> Planned:
-        if example not in cache:
+    def get(example: str, through: str) -> Planned:
+        if (example, through) not in cache:
             module = EXAMPLES[example]
             model, metas = module.make(tp_rank=1, tp_size=2)
             plan = loadplan.plan_loads(model, metas)
-            plan.bind(num_threads=1)
-            cache[example] = Planned(module, model, plan, random_weights(metas, seed=1))
-        return cache[example]
+            if through == "runtime":
+                plan.bind(num_threads=1)
+            else:
+                plan.runtime.unusable = "the test copies with torch"
+            cache[example, through] = Planned(module, model, plan,
+                                              random_weights(metas, seed=1))
+        return cache[example, through]
 
     return get
 
 
 @pytest.mark.parametrize("row", BATCHES, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("through", ["runtime", "torch"])
 @pytest.mark.parametrize("example", sorted(EXAMPLES))
-def test_load_planned_refuses_a_bad_batch_and_writes_nothing(planned, example, row):
-    p = planned(example)
+def test_load_planned_refuses_a_bad_batch_and_writes_nothing(planned, example, through, row):
+    """The same check, and message, whether a binding applies the batch or
+    torch does."""
+    p = planned(example, through)
     case = row(p)
     before = live_bytes(p.model)
     with raises_exactly(case.error, case.message):

@@ -366,7 +366,7 @@ class Receiver(Endpoint):
                  staging_cap: int = DEFAULT_STAGING_CAP, num_threads: int | None = None,
                  debug_fail_round: int = -1):
         self.model, self.plan, self.atomic = model, plan, bool(atomic)
-        checks.check_layout(model, plan)
+        plan.check_layout(model)
         super().__init__(rank=rank, world_size=world_size, num_senders=num_senders,
                          engine=engine, backend=backend, device=device, group=group,
                          store=store, init_method=init_method, name=name, host=host,
@@ -407,7 +407,7 @@ class Receiver(Endpoint):
                 raises it.
         """
         try:
-            checks.check_layout(self.model, self.plan)
+            self.plan.check_layout(self.model)
         except RuntimeError as e:
             self.fail(e, "fingerprint_mismatch")  # on every rank
         stats = self._update([])

@@ -7,7 +7,8 @@ Installed with loadplan, the backend registers itself through vLLM's
 
 - worker.py: ``LoadplanWeightTransferEngine`` (vLLM's ``WeightTransferEngine``);
 - trainer.py: ``LoadplanTrainerWeightTransferEngine`` over a ``WeightSource``;
-- info.py: the init and update infos both sides exchange;
+- info.py: what both sides share: the backend's name and logger, the init
+  and update infos;
 - layout.py: trainer ranks' boxes from vLLM's placements;
 - processing.py: vLLM's post-load processing, observed and re-run;
 - plans.py: a worker's plan on disk, for restarts.
@@ -20,11 +21,6 @@ See docs/vllm.md.
 
 from __future__ import annotations
 
-BACKEND = "loadplan"
-# A child of vLLM's logger (``init_logger`` names): what the backend logs
-# reaches a vLLM process's output with vLLM's own lines.
-LOGGER_NAME = "vllm.loadplan"
-
 
 def register() -> None:
     """Registers the backend in vLLM's worker and trainer factories (once
@@ -33,6 +29,8 @@ def register() -> None:
         WeightTransferEngineFactory,
         WeightTransferTrainerFactory,
     )
+
+    from .info import BACKEND
 
     # vLLM's factories refuse a name registered twice and offer no public
     # way to ask whether one is: this is the one place that reads their

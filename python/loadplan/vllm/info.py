@@ -1,7 +1,8 @@
-"""What the two sides of the ``loadplan`` backend tell each other: the
-trainer's init info, the worker's init info (which the trainer builds and
-vLLM's control plane carries as a dict) and the per-update info. All plain
-JSON, so vLLM's HTTP routes carry them unchanged."""
+"""What the two sides of the ``loadplan`` backend share: its name and
+logger, and what they tell each other: the trainer's init info, the
+worker's init info (which the trainer builds and vLLM's control plane
+carries as a dict) and the per-update info. All plain JSON, so vLLM's HTTP
+routes carry them unchanged."""
 
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ from vllm.distributed.weight_transfer.base import (
 )
 
 from ..transfer import DEFAULT_STAGING_CAP, ENGINES
-from . import BACKEND
+
+BACKEND = "loadplan"
+# A child of vLLM's logger (``init_logger`` names): what the backend logs
+# reaches a vLLM process's output with vLLM's own lines.
+LOGGER_NAME = "vllm.loadplan"
+
 TRANSPORTS = ("gloo", "nccl")
 
 

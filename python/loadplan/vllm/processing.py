@@ -44,7 +44,7 @@ from vllm.model_executor.model_loader.reload.utils import (
     get_layer_tensors,
 )
 
-from . import LOGGER_NAME
+from .info import LOGGER_NAME
 
 logger = init_logger(LOGGER_NAME)
 

@@ -37,8 +37,8 @@ from vllm.logger import init_logger
 from ..plan import ParamMeta
 from ..transfer import Sender, quantized_metadata
 from ..transfer.endpoints import refuse
-from . import LOGGER_NAME
 from .info import (
+    LOGGER_NAME,
     LoadplanTrainerInitInfo,
     LoadplanWeightTransferInitInfo,
     LoadplanWeightTransferUpdateInfo,

@@ -30,8 +30,9 @@ from ..plan import LoadPlan, ParamMeta
 from ..planning import plan_loads
 from ..transfer import Receiver
 from ..transfer.endpoints import refuse
-from . import LOGGER_NAME, plans, processing
+from . import plans, processing
 from .info import (
+    LOGGER_NAME,
     LoadplanWeightTransferInitInfo,
     LoadplanWeightTransferUpdateInfo,
     endpoint_name,
@@ -142,9 +143,8 @@ class LoadplanWeightTransferEngine(
             path, _ = plans.paths(directory, key)
             try:
                 plan = self._load(path, list(stored.processed))
-                if [(e.name, e.dtype, e.shape) for e in plan.entries.values()] != \
-                        [(m.name, m.dtype, m.shape) for m in metas]:
-                    raise ValueError("its checkpoint is not the declared one")
+                # The sidecar says so; the plan file must too.
+                plan.check_checkpoint(metas)
                 self.processed = list(stored.processed)
                 self._layer_names = {n: list(stored.layer_names.get(n, ()))
                                      for n in self.processed}
@@ -152,7 +152,8 @@ class LoadplanWeightTransferEngine(
                 self._observer = None
                 how = f"read {path}"
             except (RuntimeError, ValueError, OSError) as e:
-                logger.warning("load plan: not reusing %s: %s", path, e)
+                logger.warning("load plan: not reusing %s: %s", path,
+                               str(e).removeprefix("load plan: "))
                 plan = None
         if plan is None:
             # Until an update shows which layers vLLM's processing changes,
