@@ -227,3 +227,24 @@ std::string loadplan_python::tensorMismatch(PyObject *t, uint32_t dtype, const i
            " " + shapeText(shape, rank);
   return forLoader ? notDense(t) : "";
 }
+
+std::string loadplan_python::heldMismatch(PyObject *t, uint32_t dtype, const int64_t *shape,
+                                          size_t rank, const std::string &device) {
+  std::string held = torchDtypeName(dtype) + " " + shapeText(shape, rank) + " on " + device;
+  if (!PyObject_TypeCheck(t, reinterpret_cast<PyTypeObject *>(torchTypes().tensorType.ptr())))
+    return strOf(nb::handle(t).type().attr("__name__").ptr()) + "; this sender holds " + held;
+  nb::object d = property(t, kDtype), s = property(t, kShape);
+  nb::object dims = s.is_valid() ? nb::steal(PySequence_Tuple(s.ptr())) : nb::object();
+  nb::object where = nb::steal(PyObject_GetAttr(t, attrName("device")));
+  if (!d.is_valid() || !dims.is_valid() || !where.is_valid()) {
+    PyErr_Clear();
+    return "a tensor whose dtype, shape and device cannot be read; this sender holds " + held;
+  }
+  // Equal text is equal dtype, shape and device: each is printed as torch
+  // prints it on both sides.
+  std::string is = strOf(d.ptr()) + " " + reprOf(dims.ptr()) + " on " + strOf(where.ptr());
+  if (is != held)
+    return is + "; this sender holds " + held;
+  std::string problem = notDense(t);
+  return problem.empty() ? "a tensor whose bytes cannot be read" : problem;
+}

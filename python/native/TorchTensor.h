@@ -42,6 +42,14 @@ std::string tensorMismatch(PyObject *t, uint32_t dtype, const int64_t *shape, si
 /// or "".
 std::string notDense(PyObject *t);
 
+/// Why `t` is not a sender's tensor of plan dtype `dtype` and shape
+/// `shape` on `device` (torch's spelling: "cpu", "cuda:1"), as the message
+/// after "'name' is ": "torch.float32 (2, 3) on cpu; this sender holds
+/// torch.bfloat16 (2, 3) on cpu", "list; this sender holds ...", or what
+/// notDense says. Only for a tensor the fast path refused.
+std::string heldMismatch(PyObject *t, uint32_t dtype, const int64_t *shape, size_t rank,
+                         const std::string &device);
+
 /// `repr(o)` (or a placeholder when that raises).
 std::string reprOf(PyObject *o);
 

@@ -313,14 +313,19 @@ public:
   }
 };
 
-/// The fast path of a sender's update: what it holds, read once per update
-/// from a dict of torch tensors in one native call (no Python per name).
+/// A sender's update: what it holds, read once per update from a dict of
+/// torch tensors in one native call (no Python per name), and checked:
+/// the one place that says what is wrong with a sender's tensors.
 class SendBatch {
 public:
-  /// `expected`: (name, dtype, shape) of each held box, in the order sent.
-  explicit SendBatch(const std::vector<TensorTuple> &expected) {
+  /// `expected`: (name, dtype, shape) of each held box, in the order sent;
+  /// `rank` and `device` (torch's spelling) for the messages.
+  SendBatch(const std::vector<TensorTuple> &expected, uint32_t rank, std::string device)
+      : rank(rank), device(std::move(device)), keySet(nb::steal(PySet_New(nullptr))) {
     for (const auto &[name, dtype, shape] : expected) {
       keys.push_back(nb::steal(PyUnicode_FromStringAndSize(name.data(), name.size())));
+      if (PySet_Add(keySet.ptr(), keys.back().ptr()) != 0)
+        throw nb::python_error();
       names.push_back(name);
       dtypes.push_back(dtype);
       shapes.push_back(shape);
@@ -328,32 +333,42 @@ public:
   }
 
   /// Reads `given` (name -> tensor): exactly the held names, each of its
-  /// dtype and shape, dense, on the device. False (nothing held) when any
-  /// is not so: then Python checks and says which.
-  bool read(nb::handle given, uint32_t deviceType, int32_t deviceIndex) {
+  /// dtype and shape, dense, on the device; raises ValueError saying which
+  /// name is not so, and how. Writes nothing.
+  void read(nb::handle given, uint32_t deviceType, int32_t deviceIndex) {
     held.clear();
     keep.clear();
     holdGiven = nb::object();
-    if (!PyDict_Check(given.ptr()) ||
-        PyDict_GET_SIZE(given.ptr()) != static_cast<Py_ssize_t>(keys.size()))
-      return false;
+    if (!PyDict_Check(given.ptr()))
+      throw nb::type_error("load plan: a sender's update is a dict of tensors");
+    std::vector<PyObject *> tensors(keys.size());
+    bool complete = PyDict_GET_SIZE(given.ptr()) == static_cast<Py_ssize_t>(keys.size());
+    for (size_t i = 0; complete && i < keys.size(); ++i) {
+      tensors[i] = PyDict_GetItemWithError(given.ptr(), keys[i].ptr());
+      if (!tensors[i] && PyErr_Occurred())
+        throw nb::python_error();
+      complete = tensors[i] != nullptr;
+    }
+    if (!complete)
+      refuseNames(given);
     held.reserve(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
-      PyObject *t = PyDict_GetItemWithError(given.ptr(), keys[i].ptr());
-      if (!t) {
-        PyErr_Clear();
-        return false;
+      PyObject *t = tensors[i];
+      const int64_t *shape = shapes[i].data();
+      size_t rank = shapes[i].size();
+      const void *data = tensorMatches(t, dtypes[i], shape, rank, /*forLoader=*/false)
+                             ? tensorData(t, deviceType, deviceIndex, keep)
+                             : nullptr;
+      if (!data) {
+        keep.clear();
+        throw nb::value_error(("load plan: " + reprOf(keys[i].ptr()) + " is " +
+                               heldMismatch(t, dtypes[i], shape, rank, device))
+                                  .c_str());
       }
-      if (!tensorMatches(t, dtypes[i], shapes[i].data(), shapes[i].size(), /*forLoader=*/false))
-        return false;
-      const void *data = tensorData(t, deviceType, deviceIndex, keep);
-      if (!data)
-        return false;
       held.push_back({names[i].data(), names[i].size(), data, dtypes[i],
-                      static_cast<uint32_t>(shapes[i].size()), shapes[i].data()});
+                      static_cast<uint32_t>(rank), shape});
     }
     holdGiven = nb::borrow(given);
-    return true;
   }
 
   std::vector<loadplan_held_tensor_t> held;
@@ -361,6 +376,42 @@ public:
   nb::object holdGiven;
 
 private:
+  /// Raises the ValueError of a dict whose names are not the held ones:
+  /// how many it lacks and has besides, the first few of each.
+  [[noreturn]] void refuseNames(nb::handle given) {
+    constexpr size_t kShown = 5;
+    nb::list missing, extra;
+    size_t numMissing = 0, numExtra = 0;
+    for (const nb::object &key : keys) {
+      int found = PyDict_Contains(given.ptr(), key.ptr());
+      if (found < 0)
+        throw nb::python_error();
+      if (!found && numMissing++ < kShown)
+        missing.append(key);
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(given.ptr(), &pos, &key, &value)) {
+      int found = PySet_Contains(keySet.ptr(), key);
+      if (found < 0)
+        throw nb::python_error();
+      if (!found && numExtra++ < kShown)
+        extra.append(nb::handle(key));
+    }
+    std::string what;
+    if (numMissing)
+      what = "lacks " + std::to_string(numMissing) + " names this rank holds, e.g. " +
+             reprOf(missing.ptr());
+    if (numExtra)
+      what += (what.empty() ? "has " : " and has ") + std::to_string(numExtra) +
+              " names it does not hold, e.g. " + reprOf(extra.ptr());
+    throw nb::value_error(
+        ("load plan: the update of sender rank " + std::to_string(rank) + " " + what).c_str());
+  }
+
+  uint32_t rank;
+  std::string device;
+  nb::object keySet;
   std::vector<nb::object> keys;
   std::vector<std::string> names;
   std::vector<uint32_t> dtypes;
@@ -547,12 +598,14 @@ void loadplan_python::defineTransfer(nb::module_ &m) {
       .def("text", &Schedule::text, nb::arg("pieces") = true);
 
   nb::class_<SendBatch>(m, "SendBatch", "What a sender holds, read per update")
-      .def(nb::init<const std::vector<TensorTuple> &>(), nb::arg("expected"),
-           "expected: (name, dtype, shape) of each held box, in the order sent.")
+      .def(nb::init<const std::vector<TensorTuple> &, uint32_t, std::string>(),
+           nb::arg("expected"), nb::arg("rank"), nb::arg("device"),
+           "expected: (name, dtype, shape) of each held box, in the order sent; "
+           "rank and device (torch's spelling) for the messages.")
       .def("read", &SendBatch::read, nb::arg("given"), nb::arg("device_type"),
            nb::arg("device_index"),
            "Reads a dict name -> tensor of exactly the held names, as "
-           "expected; False when not so (check in Python). Writes nothing.");
+           "expected; raises ValueError naming what is not. Writes nothing.");
 
   nb::class_<Transfer>(m, "Transfer", "One rank's transfer engine")
       .def(nb::init<Comm &, Schedule &, Plan *, const std::vector<LayoutTuple> &,
