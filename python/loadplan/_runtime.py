@@ -2,11 +2,11 @@
 updates.
 
 The runtime's C API (runtime/include/loadplan/runtime.h) is linked into
-``loadplan._native`` (``Plan``, ``Binding``; python/native/Runtime.cpp),
-which takes plain integers. This module reads those off torch tensors: the
-live layout of each target (``data_ptr``, byte offset, storage size, dtype
-code, shape, stride) and the pointer, dtype and shape of each incoming
-tensor, and passes a whole batch in one call. It knows nothing of load
+``loadplan._native`` (``Plan``, ``Binding``; python/native/Plan.cpp and
+Binding.cpp), which takes plain integers. This module reads those off torch
+tensors: the live layout of each target (``data_ptr``, byte offset, storage
+size, dtype code, shape, stride) and the pointer, dtype and shape of each
+incoming tensor, and passes a whole batch in one call. It knows nothing of load
 plans' Python side (plan.py), so transfer code can bind and apply with it too.
 
 Errors are the runtime's: ``StatusError`` (a ``RuntimeError``, with

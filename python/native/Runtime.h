@@ -1,8 +1,10 @@
 //===- Runtime.h - The runtime's C API in loadplan._native ------*- C++ -*-===//
 //
 // Plan, Binding and their errors, defined on the module by defineRuntime;
-// the transfers' classes, by defineTransfer. What both share is here: the
-// status check, the plan handle, target layouts as Python passes them.
+// the transfers' classes, by defineTransfer. What both share is here
+// (target layouts as Python passes them, the torch objects the update
+// checks compare with), with the status check in Errors.h and the plan
+// handle in Plan.h.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,11 +22,6 @@
 
 namespace loadplan_python {
 
-/// Raises the Python error of a non-NULL status, and frees it: StatusError
-/// or, by its code, InvalidPlan, FingerprintMismatch or InvalidUpdate. With
-/// `transfer`, always TransferError (a StatusError too).
-void check(loadplan_status_t status, bool transfer = false);
-
 /// The torch objects the fast update paths compare with (set once, by
 /// loadplan._runtime at import): the tensor type, torch.strided, and each
 /// torch.dtype's plan code. torch's dtypes and layouts are singletons.
@@ -37,17 +34,6 @@ TorchTypes &torchTypes();
 /// An attribute name, interned once.
 PyObject *attrName(const char *name);
 
-/// A reference-counted runtime plan.
-class Plan {
-public:
-  explicit Plan(loadplan_plan_t *plan) : plan(plan) {}
-  Plan(const Plan &) = delete;
-  Plan &operator=(const Plan &) = delete;
-  ~Plan() { loadplan_plan_release(plan); }
-
-  loadplan_plan_t *plan;
-};
-
 /// A target layout as Python gives it: (data, byte_offset, storage_size,
 /// dtype, shape, stride).
 using LayoutTuple = std::tuple<uintptr_t, uint64_t, uint64_t, uint32_t,
@@ -57,8 +43,17 @@ using LayoutTuple = std::tuple<uintptr_t, uint64_t, uint64_t, uint32_t,
 std::vector<loadplan_target_layout_t>
 toLayouts(const std::vector<LayoutTuple> &in);
 
-/// Adds the runtime's classes, errors and helpers to `m`.
+/// Adds the runtime's classes, errors and helpers to `m`, each class by its
+/// file's function below.
 void defineRuntime(nanobind::module_ &m);
+/// StatusError and its subclasses, STATUS_CODES (Errors.cpp).
+void defineErrors(nanobind::module_ &m);
+/// Plan (Plan.cpp).
+void definePlan(nanobind::module_ &m);
+/// UpdateCheck (UpdateCheck.cpp).
+void defineUpdateCheck(nanobind::module_ &m);
+/// Binding (Binding.cpp).
+void defineBinding(nanobind::module_ &m);
 /// Adds the transfers' classes (communicators, schedules, engines) to `m`.
 void defineTransfer(nanobind::module_ &m);
 

@@ -9,7 +9,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Errors.h"
 #include "Handle.h"
+#include "Plan.h"
 #include "Runtime.h"
 #include "TorchTensor.h"
 
@@ -191,7 +193,7 @@ public:
       const auto &[rank, cap, atomic, plan] = receivers[i];
       if (!plan)
         throw nb::value_error("a receiver has no plan");
-      rs[i] = {rank, cap, atomic ? 1u : 0u, plan->plan};
+      rs[i] = {rank, cap, atomic ? 1u : 0u, plan->get()};
     }
     loadplan_schedule_spec_t spec{engine,    worldSize, ts.data(), ts.size(),
                                   ss.data(), ss.size(), rs.data(), rs.size()};
@@ -237,7 +239,7 @@ public:
       offer.role = LOADPLAN_OFFER_RECEIVER;
       offer.staging_cap = cap;
       offer.atomic = atomic ? 1u : 0u;
-      offer.plan = plan->plan;
+      offer.plan = plan->get();
       offer.plan_data = bytes.c_str();
       offer.plan_size = bytes.size();
     } else {
@@ -438,7 +440,7 @@ public:
       for (const auto &[name, data, size] : fallbackTuples)
         cFallbacks.push_back({name.data(), name.size(),
                               reinterpret_cast<void *>(data), size});
-      receiver = {plan->plan,        cLayouts.data(),   cLayouts.size(),
+      receiver = {plan->get(),        cLayouts.data(),   cLayouts.size(),
                   numThreads,        cFallbacks.data(), cFallbacks.size()};
     }
     loadplan_comm_t *c = comm.get();

@@ -1,0 +1,278 @@
+//===- Plan.cpp - The Plan class of loadplan._native -----------*- C++ -*-===//
+//
+// Plan's Python methods: open and check plan bytes or a file, read back its
+// summary, targets and entries as the JSON plan spells them, and decode it
+// into loadplan_format::Plan for the compiler's report and JSON, so that a
+// plan read at run time prints as the compiler printed it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Plan.h"
+#include "Compile.h"
+#include "Errors.h"
+#include "Runtime.h"
+
+#include "loadplan/format/Report.h"
+#include "loadplan/runtime.h"
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace nb = nanobind;
+using namespace loadplan_python;
+
+namespace {
+
+/// Box `b` of an entry of rank `rank`: ((start, stop), ...).
+nb::tuple boxOf(const int64_t *boxes, uint32_t rank, uint32_t b) {
+  nb::list dims;
+  for (uint32_t k = 0; k < rank; ++k)
+    dims.append(nb::make_tuple(boxes[2 * (b * rank + k)],
+                               boxes[2 * (b * rank + k) + 1]));
+  return nb::tuple(dims);
+}
+
+/// The Python methods of Plan.
+struct PlanMethods {
+  static Plan *fromBytes(nb::bytes data) {
+    loadplan_plan_t *plan = nullptr;
+    loadplan_status_t status;
+    {
+      // `data` (immutable) stays referenced by the caller meanwhile.
+      nb::gil_scoped_release release;
+      status = loadplan_plan_open_bytes(data.c_str(), data.size(), &plan);
+    }
+    check(status);
+    return new Plan(plan);
+  }
+
+  static Plan *fromFile(const std::string &path) {
+    loadplan_plan_t *plan = nullptr;
+    loadplan_status_t status;
+    {
+      nb::gil_scoped_release release;
+      status = loadplan_plan_open_file(path.c_str(), &plan);
+    }
+    check(status);
+    return new Plan(plan);
+  }
+
+  static nb::dict summary(const Plan &p) {
+    loadplan_plan_summary_t s;
+    check(loadplan_plan_summary(p.get(), &s));
+    nb::dict out;
+    out["fingerprint"] = s.fingerprint;
+    out["storages"] = s.num_storages;
+    out["targets"] = s.num_targets;
+    out["names"] = s.num_entries;
+    out["direct"] = s.num_direct;
+    out["fallback"] = s.num_fallback;
+    out["unneeded"] = s.num_unneeded;
+    out["writes"] = s.num_writes;
+    out["direct_bytes"] = s.direct_bytes;
+    out["fallback_bytes"] = s.fallback_bytes;
+    return out;
+  }
+
+  static uint64_t storageSize(const Plan &p, uint32_t index) {
+    uint64_t size = 0;
+    check(loadplan_plan_storage(p.get(), index, &size));
+    return size;
+  }
+
+  static nb::dict target(const Plan &p, uint32_t index) {
+    loadplan_target_info_t t;
+    check(loadplan_plan_target(p.get(), index, &t));
+    nb::dict out;
+    out["module"] = std::string(t.module, t.module_size);
+    out["tensor"] = std::string(t.tensor, t.tensor_size);
+    out["storage"] = t.storage;
+    out["dtype"] = t.dtype;
+    out["byte_offset"] = t.byte_offset;
+    out["shape"] = ints(t.shape, t.rank);
+    out["stride"] = ints(t.stride, t.rank);
+    return out;
+  }
+
+  /// An entry with its boxes and writes, as the JSON plan spells them
+  /// (dtype as a code, kind as its name).
+  static nb::dict entry(const Plan &p, uint32_t index) {
+    loadplan_entry_info_t e;
+    check(loadplan_plan_entry(p.get(), index, &e));
+    nb::dict out;
+    out["name"] = std::string(e.name, e.name_size);
+    static const char *const kinds[] = {"direct", "fallback", "unneeded"};
+    out["kind"] = e.kind <= LOADPLAN_KIND_UNNEEDED ? kinds[e.kind] : "invalid";
+    out["dtype"] = e.dtype;
+    out["shape"] = ints(e.shape, e.rank);
+    out["reason"] =
+        e.reason ? nb::cast(std::string(e.reason, e.reason_size)) : nb::none();
+    nb::list boxes;
+    for (uint32_t b = 0; b < e.num_boxes; ++b)
+      boxes.append(boxOf(e.boxes, e.rank, b));
+    out["boxes"] = boxes;
+    nb::list writes;
+    for (uint32_t w = 0; w < e.num_writes; ++w) {
+      loadplan_write_info_t wi;
+      check(loadplan_plan_write(p.get(), index, w, &wi));
+      nb::dict region;
+      region["offset"] = wi.offset;
+      region["shape"] = ints(wi.shape, wi.rank);
+      region["stride"] = ints(wi.stride, wi.rank);
+      nb::dict write;
+      write["target"] = wi.target;
+      write["box"] = boxOf(e.boxes, e.rank, wi.box);
+      write["region"] = region;
+      if (wi.dtype != e.dtype)
+        write["convert_to"] = wi.dtype;
+      writes.append(write);
+    }
+    out["writes"] = writes;
+    return out;
+  }
+
+  static uint32_t findEntry(const Plan &p, const std::string &name) {
+    uint32_t index = 0;
+    check(loadplan_plan_find_entry(p.get(), name.data(), name.size(), &index));
+    return index;
+  }
+
+  /// Every checkpoint name, in plan order.
+  static nb::list names(const Plan &p) {
+    loadplan_plan_summary_t s;
+    check(loadplan_plan_summary(p.get(), &s));
+    nb::list out;
+    for (uint32_t i = 0; i < s.num_entries; ++i) {
+      loadplan_entry_info_t e;
+      check(loadplan_plan_entry(p.get(), i, &e));
+      out.append(nb::str(e.name, e.name_size));
+    }
+    return out;
+  }
+
+  /// The plan as plain data, as the compiler had it before encoding.
+  static loadplan_format::Plan toFormat(const Plan &p) {
+    loadplan_plan_summary_t s;
+    check(loadplan_plan_summary(p.get(), &s));
+    loadplan_format::Plan plan;
+    plan.storageSizes.resize(s.num_storages);
+    for (uint32_t i = 0; i < s.num_storages; ++i)
+      check(loadplan_plan_storage(p.get(), i, &plan.storageSizes[i]));
+    plan.targets.resize(s.num_targets);
+    for (uint32_t i = 0; i < s.num_targets; ++i) {
+      loadplan_target_info_t t;
+      check(loadplan_plan_target(p.get(), i, &t));
+      loadplan_format::PlanTarget &out = plan.targets[i];
+      out.module.assign(t.module, t.module_size);
+      out.tensor.assign(t.tensor, t.tensor_size);
+      out.storage = t.storage;
+      out.byteOffset = t.byte_offset;
+      out.dtype = t.dtype;
+      out.shape = ints(t.shape, t.rank);
+      out.stride = ints(t.stride, t.rank);
+    }
+    plan.entries.resize(s.num_entries);
+    for (uint32_t i = 0; i < s.num_entries; ++i) {
+      loadplan_entry_info_t e;
+      check(loadplan_plan_entry(p.get(), i, &e));
+      loadplan_format::PlanEntry &out = plan.entries[i];
+      out.name.assign(e.name, e.name_size);
+      out.kind = static_cast<uint8_t>(e.kind);
+      out.dtype = e.dtype;
+      out.shape = ints(e.shape, e.rank);
+      if (e.reason)
+        out.reason.emplace(e.reason, e.reason_size);
+      out.boxes.resize(e.num_boxes);
+      for (uint32_t b = 0; b < e.num_boxes; ++b)
+        for (uint32_t k = 0; k < e.rank; ++k) {
+          out.boxes[b].starts.push_back(e.boxes[2 * (b * e.rank + k)]);
+          out.boxes[b].stops.push_back(e.boxes[2 * (b * e.rank + k) + 1]);
+        }
+      out.writes.resize(e.num_writes);
+      for (uint32_t w = 0; w < e.num_writes; ++w) {
+        loadplan_write_info_t wi;
+        check(loadplan_plan_write(p.get(), i, w, &wi));
+        out.writes[w] = {wi.target, wi.box, wi.offset, ints(wi.shape, wi.rank),
+                         ints(wi.stride, wi.rank),
+                         wi.dtype != e.dtype ? wi.dtype : 0u};
+      }
+    }
+    return plan;
+  }
+
+  /// The compiler's report of this plan, ending with `how`.
+  static std::string report(const Plan &p, const std::string &how) {
+    return loadplan_format::planReport(toFormat(p), how);
+  }
+
+  /// The compiler's JSON of this plan.
+  static std::string json(const Plan &p) {
+    if (const char *missing = compilerMissing())
+      throw std::runtime_error(std::string("load plan: ") + missing);
+    return planJson(toFormat(p));
+  }
+
+  /// The targets some write goes to, in plan order.
+  static std::vector<uint32_t> writtenTargets(const Plan &p) {
+    loadplan_plan_summary_t s;
+    check(loadplan_plan_summary(p.get(), &s));
+    std::vector<bool> written(s.num_targets);
+    for (uint32_t i = 0; i < s.num_entries; ++i) {
+      loadplan_entry_info_t e;
+      check(loadplan_plan_entry(p.get(), i, &e));
+      for (uint32_t w = 0; w < e.num_writes; ++w) {
+        loadplan_write_info_t wi;
+        check(loadplan_plan_write(p.get(), i, w, &wi));
+        written[wi.target] = true;
+      }
+    }
+    std::vector<uint32_t> out;
+    for (uint32_t t = 0; t < s.num_targets; ++t)
+      if (written[t])
+        out.push_back(t);
+    return out;
+  }
+};
+
+} // namespace
+
+void loadplan_python::definePlan(nb::module_ &m) {
+  nb::class_<Plan>(m, "Plan", "A checked plan file, held by the runtime")
+      .def_static("from_bytes", &PlanMethods::fromBytes, nb::arg("data"),
+                  "Parses and checks plan bytes.")
+      .def_static("from_file", &PlanMethods::fromFile, nb::arg("path"),
+                  "Reads and checks a plan file.")
+      .def("summary", &PlanMethods::summary,
+           "Counts, bytes and the fingerprint (an int).")
+      .def("storage_size", &PlanMethods::storageSize, nb::arg("index"))
+      .def("target", &PlanMethods::target, nb::arg("index"),
+           "Target `index` as the plan recorded it (dtype as a code).")
+      .def("entry", &PlanMethods::entry, nb::arg("index"),
+           "Entry `index`: name, kind, dtype code, shape, reason, boxes, "
+           "writes.")
+      .def("find_entry", &PlanMethods::findEntry, nb::arg("name"))
+      .def("names", &PlanMethods::names, "Every checkpoint name, in order.")
+      .def("json", &PlanMethods::json,
+           "The plan as the compiler's JSON (--loadplan-emit-plan-json).")
+      .def("report", &PlanMethods::report, nb::arg("how"),
+           "The compiler's report of the plan, its last line ending with "
+           "`how`.")
+      .def("written_targets", &PlanMethods::writtenTargets,
+           "Indices of the targets some write goes to, in order.")
+      .def(
+          "check_layout",
+          [](Plan &p, const std::vector<LayoutTuple> &layouts) {
+            std::vector<loadplan_target_layout_t> l = toLayouts(layouts);
+            check(loadplan_plan_check_layout(p.get(), l.data(), l.size()));
+          },
+          nb::arg("layouts"),
+          "Raises FingerprintMismatch, naming the first target and field "
+          "that differ, unless `layouts` (data, byte_offset, storage_size, "
+          "dtype, shape, stride per target) is the plan's layout.");
+}
