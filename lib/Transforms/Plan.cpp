@@ -44,18 +44,6 @@ Type DtypeCodes::type(uint32_t code) const {
   return code < types.size() ? types[code] : Type();
 }
 
-StringRef loadplan::getKindName(loadplan_entry_kind_t kind) {
-  switch (kind) {
-  case LOADPLAN_KIND_DIRECT:
-    return "direct";
-  case LOADPLAN_KIND_FALLBACK:
-    return "fallback";
-  case LOADPLAN_KIND_UNNEEDED:
-    return "unneeded";
-  }
-  return "unknown";
-}
-
 FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
   Plan plan;
   DtypeCodes dtypeCodes(module.getContext());
@@ -178,7 +166,8 @@ void loadplan::printPlanJson(const Plan &plan, raw_ostream &os) {
         });
     });
   };
-  int64_t counts[3] = {0, 0, 0}, bytes[3] = {0, 0, 0}, writes = 0;
+  int64_t counts[LOADPLAN_KIND_COUNT_] = {}, bytes[LOADPLAN_KIND_COUNT_] = {},
+          writes = 0;
   j.object([&] {
     j.attribute("version", LOADPLAN_PLAN_VERSION);
     j.attribute("fingerprint",
@@ -206,8 +195,7 @@ void loadplan::printPlanJson(const Plan &plan, raw_ostream &os) {
         bytes[e.kind] = addSaturated(bytes[e.kind], neededBytes(e));
         writes += e.writes.size();
         j.attributeObject(name, [&] {
-          j.attribute("kind",
-                      getKindName(static_cast<loadplan_entry_kind_t>(e.kind)));
+          j.attribute("kind", loadplan_kind_name(e.kind));
           j.attribute("dtype", loadplan_dtype_name(e.dtype));
           j.attributeBegin("shape");
           ints(e.shape);

@@ -71,9 +71,9 @@ struct PlanMethods {
     out["storages"] = s.num_storages;
     out["targets"] = s.num_targets;
     out["names"] = s.num_entries;
-    out["direct"] = s.num_direct;
-    out["fallback"] = s.num_fallback;
-    out["unneeded"] = s.num_unneeded;
+    out[loadplan_kind_name(LOADPLAN_KIND_DIRECT)] = s.num_direct;
+    out[loadplan_kind_name(LOADPLAN_KIND_FALLBACK)] = s.num_fallback;
+    out[loadplan_kind_name(LOADPLAN_KIND_UNNEEDED)] = s.num_unneeded;
     out["writes"] = s.num_writes;
     out["direct_bytes"] = s.direct_bytes;
     out["fallback_bytes"] = s.fallback_bytes;
@@ -107,8 +107,7 @@ struct PlanMethods {
     check(loadplan_plan_entry(p.get(), index, &e));
     nb::dict out;
     out["name"] = std::string(e.name, e.name_size);
-    static const char *const kinds[] = {"direct", "fallback", "unneeded"};
-    out["kind"] = e.kind <= LOADPLAN_KIND_UNNEEDED ? kinds[e.kind] : "invalid";
+    out["kind"] = loadplan_kind_name(e.kind);
     out["dtype"] = e.dtype;
     out["shape"] = ints(e.shape, e.rank);
     out["reason"] =

@@ -291,6 +291,15 @@ def started(module, **kw) -> torch.nn.Module:
     return model
 
 
+def test_kinds_are_the_runtime_table():
+    assert _runtime.KINDS == ("direct", "fallback", "unneeded")
+    model, metas = fp8.make(0, 2)
+    plan = loadplan.plan_loads(model, metas)
+    kinds = [e.kind for e in plan.entries.values()]
+    assert set(kinds) <= set(_runtime.KINDS) and "fallback" in kinds
+    assert {k: plan.summary[k] for k in _runtime.KINDS} == {k: kinds.count(k) for k in _runtime.KINDS}
+
+
 @pytest.mark.parametrize("example", sorted(EXAMPLES))
 def test_save_load_round_trip(example, tmp_path):
     module = EXAMPLES[example]

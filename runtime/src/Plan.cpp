@@ -506,7 +506,7 @@ std::unique_ptr<Plan> loadplan::parsePlan(const uint8_t *data, size_t size) {
     if (e.name.find('\0') != std::string::npos)
       invalid(concat(label(), ": the name holds a NUL byte"));
     e.kind = r.u8(what("kind"));
-    if (e.kind > LOADPLAN_KIND_UNNEEDED)
+    if (e.kind >= LOADPLAN_KIND_COUNT_)
       invalid(concat(label(), ": unknown kind ", e.kind));
     e.dtype = r.u32(what("dtype"));
     if (!loadplan_dtype_size(e.dtype))

@@ -78,7 +78,7 @@ struct Plan {
   /// Entry names (views into `entries`) to indices.
   std::unordered_map<std::string_view, uint32_t> byName;
   /// Entry indices per kind, in plan order.
-  std::vector<uint32_t> byKind[3];
+  std::vector<uint32_t> byKind[LOADPLAN_KIND_COUNT_];
   uint32_t numBoxes = 0;
   uint64_t numWrites = 0;
   uint64_t directBytes = 0;

@@ -97,9 +97,11 @@ loadplan_status_t loadplan_plan_summary(const loadplan_plan_t *plan,
     out->num_storages = static_cast<uint32_t>(p.storageSizes.size());
     out->num_targets = static_cast<uint32_t>(p.targets.size());
     out->num_entries = static_cast<uint32_t>(p.entries.size());
-    out->num_direct = static_cast<uint32_t>(p.byKind[0].size());
-    out->num_fallback = static_cast<uint32_t>(p.byKind[1].size());
-    out->num_unneeded = static_cast<uint32_t>(p.byKind[2].size());
+    out->num_direct = static_cast<uint32_t>(p.byKind[LOADPLAN_KIND_DIRECT].size());
+    out->num_fallback =
+        static_cast<uint32_t>(p.byKind[LOADPLAN_KIND_FALLBACK].size());
+    out->num_unneeded =
+        static_cast<uint32_t>(p.byKind[LOADPLAN_KIND_UNNEEDED].size());
     out->num_writes = p.numWrites;
     out->direct_bytes = p.directBytes;
     out->fallback_bytes = p.fallbackBytes;
@@ -214,7 +216,7 @@ loadplan_status_t loadplan_plan_entries_of_kind(const loadplan_plan_t *plan,
   return guard([&] {
     const Plan &p = planOf(plan);
     require(out_indices && out_count, "out_indices or out_count is NULL");
-    if (kind > LOADPLAN_KIND_UNNEEDED)
+    if (kind >= LOADPLAN_KIND_COUNT_)
       fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "unknown kind ", kind);
     *out_indices = p.byKind[kind].data();
     *out_count = p.byKind[kind].size();

@@ -45,8 +45,6 @@ private:
   /// By code (the table's codes are small and dense).
   SmallVector<Type> types;
 };
-/// The name of a kind: direct, fallback or unneeded.
-StringRef getKindName(loadplan_entry_kind_t kind);
 
 /// Reads the plan off a module the pipeline compiled; emits an error and
 /// fails on what no plan can hold (an unknown dtype, a stray copy).

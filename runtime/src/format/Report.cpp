@@ -39,12 +39,12 @@ static std::string mib(int64_t bytes) {
 }
 
 std::string loadplan_format::planReport(const Plan &plan, std::string_view how) {
-  int64_t counts[3] = {0, 0, 0}, bytes[3] = {0, 0, 0};
+  int64_t counts[LOADPLAN_KIND_COUNT_] = {}, bytes[LOADPLAN_KIND_COUNT_] = {};
   // Reasons in the order they first appear, each with its names.
   std::vector<std::pair<std::string_view, std::vector<std::string_view>>> byReason;
   std::unordered_map<std::string_view, size_t> reasonIndex;
   forEachName(plan, [&](const PlanEntry &e, std::string_view name, int64_t) {
-    if (e.kind <= LOADPLAN_KIND_UNNEEDED) {
+    if (e.kind < LOADPLAN_KIND_COUNT_) {
       counts[e.kind] += 1;
       bytes[e.kind] = addSaturated(bytes[e.kind], neededBytes(e));
     }
