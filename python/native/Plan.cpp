@@ -2,16 +2,16 @@
 //
 // Plan's Python methods: open and check plan bytes or a file, read back its
 // summary, targets and entries as the JSON plan spells them, and decode it
-// into loadplan_format::Plan for the compiler's report and JSON, so that a
-// plan read at run time prints as the compiler printed it.
+// into loadplan_format::Plan for the format library's report and JSON, so
+// that a plan read at run time prints as the compiler printed it.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Plan.h"
-#include "Compile.h"
 #include "Errors.h"
 #include "Runtime.h"
 
+#include "loadplan/format/PlanJson.h"
 #include "loadplan/format/Report.h"
 #include "loadplan/runtime.h"
 
@@ -20,7 +20,6 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -212,9 +211,7 @@ struct PlanMethods {
 
   /// The compiler's JSON of this plan.
   static std::string json(const Plan &p) {
-    if (const char *missing = compilerMissing())
-      throw std::runtime_error(std::string("load plan: ") + missing);
-    return planJson(toFormat(p));
+    return loadplan_format::planJson(toFormat(p));
   }
 
   /// The targets some write goes to, in plan order.

@@ -2,7 +2,8 @@
 //
 // The plan read off a module the pipeline has compiled, as the plain data
 // of the runtime's format library (loadplan/format/PlanFile.h), and its
-// encodings: the binary plan file, which that library writes, and JSON.
+// binary plan file and report, which that library writes (as it writes the
+// plan's JSON, loadplan/format/PlanJson.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -51,8 +52,6 @@ private:
 FailureOr<Plan> buildPlan(ModuleOp module);
 /// The plan file's bytes (the format library's encodePlan).
 std::string serializePlan(const Plan &plan);
-/// The plan as JSON (see --loadplan-emit-plan-json).
-void printPlanJson(const Plan &plan, raw_ostream &os);
 /// The report: counts and MiB per kind, fallbacks grouped by reason.
 void printPlanReport(const Plan &plan, raw_ostream &os, double seconds);
 
