@@ -90,12 +90,8 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
     if (!fallbacks.empty()) {
       e.kind = LOADPLAN_KIND_FALLBACK;
       e.reason = (*fallbacks.begin()).getReason().str();
-      PlanBox whole;
-      for (int64_t n : e.shape) {
-        whole.starts.push_back(0);
-        whole.stops.push_back(n);
-      }
-      e.boxes.push_back(std::move(whole));
+      e.boxes.push_back(
+          PlanBox{::loadplan_format::Dims(e.shape.size(), 0), e.shape});
       continue;
     }
     for (Operation &op : block) {
@@ -106,8 +102,10 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
       auto write = dyn_cast<WriteOp>(op);
       if (!write)
         continue;
-      PlanBox box{write.getBox().getStarts().vec(),
-                  write.getBox().getStops().vec()};
+      ArrayRef<int64_t> starts = write.getBox().getStarts(),
+                        stops = write.getBox().getStops();
+      PlanBox box{::loadplan_format::Dims(starts.begin(), starts.end()),
+                  ::loadplan_format::Dims(stops.begin(), stops.end())};
       auto it = llvm::find(e.boxes, box);
       uint32_t boxIndex = it - e.boxes.begin();
       if (it == e.boxes.end())

@@ -189,8 +189,8 @@ struct PlanMethods {
       out.boxes.resize(e.num_boxes);
       for (uint32_t b = 0; b < e.num_boxes; ++b)
         for (uint32_t k = 0; k < e.rank; ++k) {
-          out.boxes[b].starts.push_back(e.boxes[2 * (b * e.rank + k)]);
-          out.boxes[b].stops.push_back(e.boxes[2 * (b * e.rank + k) + 1]);
+          out.boxes[b].lo.push_back(e.boxes[2 * (b * e.rank + k)]);
+          out.boxes[b].hi.push_back(e.boxes[2 * (b * e.rank + k) + 1]);
         }
       out.writes.resize(e.num_writes);
       for (uint32_t w = 0; w < e.num_writes; ++w) {

@@ -25,7 +25,7 @@ namespace loadplan {
 
 /// The plan as plain data: the format library's, whose encoder writes it.
 using Plan = ::loadplan_format::Plan;
-using PlanBox = ::loadplan_format::PlanBox;
+using PlanBox = ::loadplan_format::Box;
 using PlanEntry = ::loadplan_format::PlanEntry;
 using PlanMember = ::loadplan_format::PlanMember;
 using PlanTarget = ::loadplan_format::PlanTarget;

@@ -78,10 +78,10 @@ static void writePayload(const Plan &plan, Writer &p) {
     if (e.reason)
       p.str(*e.reason);
     p.u32(static_cast<uint32_t>(e.boxes.size()));
-    for (const PlanBox &b : e.boxes)
-      for (size_t k = 0; k < b.starts.size(); ++k) {
-        p.i64(b.starts[k]);
-        p.i64(b.stops[k]);
+    for (const Box &b : e.boxes)
+      for (uint32_t k = 0; k < b.rank(); ++k) {
+        p.i64(b.lo[k]);
+        p.i64(b.hi[k]);
       }
     p.u32(static_cast<uint32_t>(e.writes.size()));
     for (const PlanWrite &w : e.writes) {

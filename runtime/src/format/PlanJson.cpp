@@ -130,12 +130,12 @@ public:
         value(v);
     });
   }
-  void box(const PlanBox &b) {
+  void box(const Box &b) {
     array([&] {
-      for (size_t k = 0; k < b.starts.size(); ++k)
+      for (uint32_t k = 0; k < b.rank(); ++k)
         array([&] {
-          value(b.starts[k]);
-          value(b.stops[k]);
+          value(b.lo[k]);
+          value(b.hi[k]);
         });
     });
   }
@@ -261,7 +261,7 @@ std::string loadplan_format::planJson(const Plan &plan) {
               });
               j.attribute("boxes", [&] {
                 j.array([&] {
-                  for (const PlanBox &b : e.boxes)
+                  for (const Box &b : e.boxes)
                     j.box(b);
                 });
               });

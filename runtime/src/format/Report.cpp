@@ -18,12 +18,8 @@ int64_t loadplan_format::addSaturated(int64_t a, int64_t b) {
 
 int64_t loadplan_format::neededBytes(const PlanEntry &entry) {
   int64_t elements = 0;
-  for (const PlanBox &b : entry.boxes) {
-    int64_t n = 1; // fits: a box lies in its checkpoint tensor
-    for (size_t k = 0; k < b.starts.size() && k < b.stops.size(); ++k)
-      n *= b.stops[k] - b.starts[k];
-    elements = addSaturated(elements, n);
-  }
+  for (const Box &b : entry.boxes) // fits: a box lies in its tensor
+    elements = addSaturated(elements, b.volume());
   int64_t bytes;
   if (__builtin_mul_overflow(elements,
                              static_cast<int64_t>(loadplan_dtype_size(entry.dtype)),

@@ -11,6 +11,7 @@
 #ifndef LOADPLAN_FORMAT_PLANFILE_H
 #define LOADPLAN_FORMAT_PLANFILE_H
 
+#include "loadplan/format/Box.h"
 #include "loadplan/plan_format.h"
 
 #include <cstdint>
@@ -28,22 +29,6 @@ struct PlanTarget {
   uint64_t byteOffset = 0;
   uint32_t dtype = LOADPLAN_DTYPE_INVALID;
   std::vector<int64_t> shape, stride;
-};
-
-/// One [start, stop) per dim of a checkpoint tensor.
-struct PlanBox {
-  std::vector<int64_t> starts, stops;
-
-  std::vector<int64_t> extents() const {
-    std::vector<int64_t> out(starts.size());
-    for (size_t k = 0; k < starts.size(); ++k)
-      out[k] = stops[k] - starts[k];
-    return out;
-  }
-  bool operator==(const PlanBox &o) const {
-    return starts == o.starts && stops == o.stops;
-  }
-  bool operator!=(const PlanBox &o) const { return !(*this == o); }
 };
 
 /// Where a box goes: a region of a target, in elements of the dtype written
@@ -73,7 +58,7 @@ struct PlanEntry {
   std::optional<std::string> reason;
   /// Parts this rank needs: the distinct boxes of the writes for a direct
   /// name, the whole tensor for a fallback, none when unneeded.
-  std::vector<PlanBox> boxes;
+  std::vector<Box> boxes;
   std::vector<PlanWrite> writes;
 };
 
