@@ -99,12 +99,25 @@ void queryAll(const loadplan_plan_t *plan,
       loadplan_write_info_t write;
       ok(loadplan_plan_write(plan, e, w, &write));
     }
+    for (uint32_t b = 0; b <= entry.num_boxes; ++b) {
+      loadplan_box_info_t box;
+      if (ok(loadplan_plan_box(plan, e, b, &box)) != (b < entry.num_boxes))
+        __builtin_trap(); // every box of the entry, and no other
+    }
   }
-  for (uint32_t kind = 0; kind <= LOADPLAN_KIND_UNNEEDED + 1; ++kind) {
+  for (uint32_t kind = 0; kind <= LOADPLAN_KIND_COUNT_; ++kind) {
     const uint32_t *indices;
     size_t count;
     ok(loadplan_plan_entries_of_kind(plan, kind, &indices, &count));
   }
+  // The report and the JSON of whatever the reader accepted.
+  char *text = nullptr;
+  if (!ok(loadplan_plan_report(plan, "fuzz", 4, &text, nullptr)))
+    __builtin_trap();
+  loadplan_text_free(text);
+  if (!ok(loadplan_plan_json(plan, &text, nullptr)))
+    __builtin_trap();
+  loadplan_text_free(text);
 }
 
 /// Binds the plan to scratch storages and applies every direct name, as
@@ -179,13 +192,14 @@ void bindAndApply(loadplan_plan_t *plan,
     tensors.push_back({e.name, e.name_size, buffer(numel, e.dtype), e.dtype,
                        e.rank, e.shape});
     for (uint32_t b = 0; b < e.num_boxes; ++b) {
-      std::vector<int64_t> lo(e.rank), hi(e.rank);
+      loadplan_box_info_t box;
+      if (!ok(loadplan_plan_box(plan, direct[i], b, &box)))
+        __builtin_trap();
+      std::vector<int64_t> lo(box.starts, box.starts + box.rank),
+          hi(box.stops, box.stops + box.rank);
       uint64_t elements = 1;
-      for (uint32_t k = 0; k < e.rank; ++k) {
-        lo[k] = e.boxes[2 * (size_t(b) * e.rank + k)];
-        hi[k] = e.boxes[2 * (size_t(b) * e.rank + k) + 1];
+      for (uint32_t k = 0; k < box.rank; ++k)
         elements *= uint64_t(hi[k] - lo[k]); // within the tensor: no overflow
-      }
       starts.push_back(std::move(lo));
       stops.push_back(std::move(hi));
       boxes.push_back({e.name, e.name_size, buffer(elements, e.dtype), e.dtype,

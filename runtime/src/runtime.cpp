@@ -1,21 +1,26 @@
 //===- runtime.cpp - The C API ----------------------------------*- C++ -*-===//
 //
 // Every entry point runs its body through guard(): whatever the C++ inside
-// throws comes out as a status. Plans are Plan.cpp's, bindings and updates
-// Binding.cpp's; here are only the shims.
+// throws comes out as a status. Plans are Plan.cpp's (their report and JSON
+// the format library's), bindings and updates Binding.cpp's; here are only
+// the shims.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Binding.h"
 #include "Plan.h"
 #include "Status.h"
+#include "loadplan/format/PlanJson.h"
+#include "loadplan/format/Report.h"
 #if LOADPLAN_HAVE_CUDA
 #include "cuda/CudaExecutor.h"
 #endif
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 using namespace loadplan;
 
@@ -24,6 +29,18 @@ namespace {
 const Plan &planOf(const loadplan_plan_t *plan) {
   require(plan && plan->plan, "plan is NULL");
   return *plan->plan;
+}
+
+/// `text` in memory of its own, NUL-terminated, for loadplan_text_free.
+void giveText(const std::string &text, char **out_text, size_t *out_size) {
+  char *copy = static_cast<char *>(std::malloc(text.size() + 1));
+  if (!copy)
+    throw std::bad_alloc();
+  std::memcpy(copy, text.data(), text.size());
+  copy[text.size()] = '\0';
+  *out_text = copy;
+  if (out_size)
+    *out_size = text.size();
 }
 
 loadplan_plan_t *adopt(std::unique_ptr<Plan> plan) {
@@ -176,11 +193,31 @@ loadplan_status_t loadplan_plan_entry(const loadplan_plan_t *plan,
     out->dtype = e.dtype;
     out->rank = e.rank();
     out->shape = e.shape.data();
-    out->reason = e.hasReason ? e.reason.c_str() : nullptr;
-    out->reason_size = e.hasReason ? e.reason.size() : 0;
-    out->num_boxes = e.numBoxes;
-    out->boxes = e.boxes.data();
+    out->reason = e.reason ? e.reason->c_str() : nullptr;
+    out->reason_size = e.reason ? e.reason->size() : 0;
+    out->num_boxes = static_cast<uint32_t>(e.boxes.size());
     out->num_writes = static_cast<uint32_t>(e.writes.size());
+  });
+}
+
+loadplan_status_t loadplan_plan_box(const loadplan_plan_t *plan,
+                                    uint32_t entry, uint32_t box,
+                                    loadplan_box_info_t *out) {
+  return guard([&] {
+    const Plan &p = planOf(plan);
+    require(out, "out_info is NULL");
+    if (entry >= p.entries.size())
+      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "entry index ", entry,
+           " is out of range (the plan has ", p.entries.size(), " entries)");
+    const Entry &e = p.entries[entry];
+    if (box >= e.boxes.size())
+      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "box index ", box,
+           " is out of range (", quote(e.name), " has ", e.boxes.size(),
+           " boxes)");
+    const Box &b = e.boxes[box];
+    out->rank = b.rank();
+    out->starts = b.lo.data();
+    out->stops = b.hi.data();
   });
 }
 
@@ -222,6 +259,32 @@ loadplan_status_t loadplan_plan_entries_of_kind(const loadplan_plan_t *plan,
     *out_count = p.byKind[kind].size();
   });
 }
+
+loadplan_status_t loadplan_plan_report(const loadplan_plan_t *plan,
+                                       const char *how, size_t how_size,
+                                       char **out_text, size_t *out_size) {
+  return guard([&] {
+    const Plan &p = planOf(plan);
+    require(out_text, "out_text is NULL");
+    *out_text = nullptr;
+    require(how || !how_size, "how is NULL");
+    giveText(loadplan_format::planReport(
+                 p, std::string_view(how ? how : "", how_size)),
+             out_text, out_size);
+  });
+}
+
+loadplan_status_t loadplan_plan_json(const loadplan_plan_t *plan,
+                                     char **out_text, size_t *out_size) {
+  return guard([&] {
+    const Plan &p = planOf(plan);
+    require(out_text, "out_text is NULL");
+    *out_text = nullptr;
+    giveText(loadplan_format::planJson(p), out_text, out_size);
+  });
+}
+
+void loadplan_text_free(char *text) { std::free(text); }
 
 //===----------------------------------------------------------------------===//
 // Binding

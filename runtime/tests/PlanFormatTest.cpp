@@ -1,7 +1,7 @@
 //===- PlanFormatTest.cpp - The format library's plan data ------*- C++ -*-===//
 //
 // The plan's data as the format library has it: the one box type, whose
-// bounds live inline up to rank 4 and on the heap beyond; and the one
+// bounds live inline up to rank 3 and on the heap beyond; and the one
 // description of the payload (PlanFields.h), which a plain reader here
 // follows to read back what the encoder wrote from it.
 //
@@ -86,6 +86,8 @@ TEST(PlanFormat, BoxExtentsAndVolume) {
   EXPECT_EQ(b.volume(), 36);
   EXPECT_EQ(b, (Box{{0, 4, 2}, {3, 8, 5}}));
   EXPECT_EQ(Box{}.volume(), 1); // a 0-d tensor's one element
+  // A plan holds tens of thousands: each takes no more than this.
+  EXPECT_EQ(sizeof(Box), 64u);
 }
 
 /// Reads a payload as PlanFields.h describes it, checking nothing but the

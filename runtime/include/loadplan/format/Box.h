@@ -3,8 +3,9 @@
 // The one box type: [lo[k], hi[k]) per dim of a checkpoint tensor, the
 // (start, stop) pairs of plan_format.h. The compiler's plans, the runtime's
 // entries and the transfers' pieces all hold their boxes in it. Its bounds
-// are kept inline up to rank 4 (every weight of a transformer), so that the
-// boxes of a plan of 50,000 names are not 100,000 small allocations.
+// are kept inline up to rank 3 (a transformer's weights, stacked experts
+// included), so that the boxes of a plan of 50,000 names are not 100,000
+// small allocations, and a box takes 64 bytes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,7 +24,7 @@ namespace loadplan_format {
 /// kInline values without allocating.
 class Dims {
 public:
-  static constexpr uint32_t kInline = 4;
+  static constexpr uint32_t kInline = 3;
 
   Dims() {}
   Dims(std::initializer_list<int64_t> values) {

@@ -3,8 +3,10 @@
 // What a plan file (plan_format.h) holds, as plain data, and the one encoder
 // of it: the compiler reads a plan off a compiled module into these structs
 // and writes it; the runtime's tests and benchmarks write theirs, malformed
-// ones included, through the same code. Nothing here checks a plan: the
-// runtime's reader does, when it opens one.
+// ones included, through the same code; the runtime reads a plan file back
+// into them (and its report and JSON print from them). Nothing here checks
+// a plan: the runtime's reader does, when it opens one. The encoder and the
+// reader follow one description of the payload, PlanFields.h.
 //
 //===----------------------------------------------------------------------===//
 
@@ -60,6 +62,15 @@ struct PlanEntry {
   /// name, the whole tensor for a fallback, none when unneeded.
   std::vector<Box> boxes;
   std::vector<PlanWrite> writes;
+
+  uint32_t rank() const { return static_cast<uint32_t>(shape.size()); }
+  /// Elements of the tensor (a checked plan's fit in int64_t).
+  int64_t numElements() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
 };
 
 /// A name whose entry is another's but for its name and where its writes
