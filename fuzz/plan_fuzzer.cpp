@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "loadplan/format/ByteIO.h"
+#include "loadplan/format/PlanFields.h"
 #include "loadplan/format/PlanFile.h"
 #include "loadplan/runtime.h"
 
@@ -25,9 +26,10 @@
 #include <vector>
 
 using loadplan_format::ByteReader;
+using loadplan_format::Field;
 using loadplan_format::FileHeader;
 using loadplan_format::layoutFingerprint;
-using loadplan_format::PlanTarget;
+using loadplan_format::Plan;
 using loadplan_format::resealHeader;
 using loadplan_format::storeU64;
 
@@ -49,33 +51,54 @@ bool ok(loadplan_status_t status) {
   return false;
 }
 
+/// Reads the storages and targets of a payload as PlanFields.h describes
+/// them, checking only what keeps it from allocating more than the bytes
+/// hold; `readable` turns false where the runtime would refuse them (a
+/// count the bytes cannot hold, a rank past 64) or the bytes run out. The
+/// entries are left unread.
+struct TargetReader : loadplan_format::PlanChecks {
+  ByteReader r;
+  bool readable = true;
+
+  TargetReader(const uint8_t *data, size_t size) : r(data, size) {}
+  void u8(uint8_t &v, const Field &what) { v = r.u8(what); }
+  void u32(uint32_t &v, const Field &what) { v = r.u32(what); }
+  void u64(uint64_t &v, const Field &what) { v = r.u64(what); }
+  void i64(int64_t &v, const Field &what) { v = r.i64(what); }
+  void str(std::string &v, const Field &what) { v = r.str(what); }
+  template <typename Items>
+  uint32_t count(const Items &, const Field &what, size_t leastBytes) {
+    uint32_t n = r.u32(what);
+    if (leastBytes && n > r.left() / leastBytes) {
+      readable = false;
+      return 0;
+    }
+    return n;
+  }
+  template <typename Values> uint32_t size(const Values &, const Field &what) {
+    return r.u32(what);
+  }
+  void i64s(std::vector<int64_t> &values, uint32_t n, const Field &what) {
+    values = r.i64s(n, what);
+  }
+  template <typename Items> void resize(Items &items, size_t n) {
+    items.resize(n);
+  }
+  template <typename Fn> void names(Plan &, Fn &&) {}
+  void checkTargetRank(uint32_t, uint32_t rank) { readable &= rank <= 64; }
+};
+
 /// Sets the header's fingerprint to that of the targets in the payload,
 /// when they can be read, then its payload size and checksum.
 void fixHeader(std::string &bytes) {
   auto *file = reinterpret_cast<uint8_t *>(bytes.data());
-  ByteReader r(file + FileHeader::kSize, bytes.size() - FileHeader::kSize);
-  uint32_t numStorages = r.u32("");
-  r.take(8ull * numStorages, "");
-  uint32_t numTargets = r.u32("");
-  std::vector<PlanTarget> targets;
-  bool readable = true;
-  for (uint32_t i = 0; readable && r.ok() && i < numTargets; ++i) {
-    PlanTarget t;
-    t.module = r.str("");
-    t.tensor = r.str("");
-    t.storage = r.u32("");
-    t.byteOffset = r.u64("");
-    t.dtype = r.u32("");
-    uint32_t rank = r.u32("");
-    readable = rank <= 64;
-    if (readable) {
-      t.shape = r.i64s(rank, "");
-      t.stride = r.i64s(rank, "");
-    }
-    targets.push_back(std::move(t));
-  }
-  if (readable && r.ok())
-    storeU64(file + FileHeader::kFingerprintAt, layoutFingerprint(targets));
+  TargetReader reader(file + FileHeader::kSize,
+                      bytes.size() - FileHeader::kSize);
+  Plan plan;
+  loadplan_format::visitPlan(reader, plan);
+  if (reader.readable && reader.r.ok())
+    storeU64(file + FileHeader::kFingerprintAt,
+             layoutFingerprint(plan.targets));
   resealHeader(file, bytes.size());
 }
 
