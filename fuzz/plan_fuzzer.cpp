@@ -56,16 +56,11 @@ bool ok(loadplan_status_t status) {
 /// hold; `readable` turns false where the runtime would refuse them (a
 /// count the bytes cannot hold, a rank past 64) or the bytes run out. The
 /// entries are left unread.
-struct TargetReader : loadplan_format::PlanChecks {
-  ByteReader r;
+struct TargetReader
+    : loadplan_format::PlanReading<TargetReader, ByteReader> {
   bool readable = true;
 
-  TargetReader(const uint8_t *data, size_t size) : r(data, size) {}
-  void u8(uint8_t &v, const Field &what) { v = r.u8(what); }
-  void u32(uint32_t &v, const Field &what) { v = r.u32(what); }
-  void u64(uint64_t &v, const Field &what) { v = r.u64(what); }
-  void i64(int64_t &v, const Field &what) { v = r.i64(what); }
-  void str(std::string &v, const Field &what) { v = r.str(what); }
+  using PlanReading::PlanReading;
   template <typename Items>
   uint32_t count(const Items &, const Field &what, size_t leastBytes) {
     uint32_t n = r.u32(what);
@@ -74,15 +69,6 @@ struct TargetReader : loadplan_format::PlanChecks {
       return 0;
     }
     return n;
-  }
-  template <typename Values> uint32_t size(const Values &, const Field &what) {
-    return r.u32(what);
-  }
-  void i64s(std::vector<int64_t> &values, uint32_t n, const Field &what) {
-    values = r.i64s(n, what);
-  }
-  template <typename Items> void resize(Items &items, size_t n) {
-    items.resize(n);
   }
   template <typename Fn> void names(Plan &, Fn &&) {}
   void checkTargetRank(uint32_t, uint32_t rank) { readable &= rank <= 64; }

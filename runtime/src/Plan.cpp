@@ -419,42 +419,17 @@ void checkEntry(const Plan &plan, const Entry &e) {
 /// Reads the payload into `plan` as PlanFields.h describes it, checking
 /// each part at the description's check points, before the reads that
 /// depend on it.
-class PlanReader : public loadplan_format::PlanChecks {
+class PlanReader : public loadplan_format::PlanReading<PlanReader, Reader> {
 public:
   PlanReader(Plan &plan, const uint8_t *payload, size_t size)
-      : r(payload, size, LOADPLAN_PLAN_HEADER_SIZE), plan(plan) {}
+      : PlanReading(payload, size, LOADPLAN_PLAN_HEADER_SIZE), plan(plan) {}
 
-  Reader r;
   /// Boxes of the entries read so far.
   uint64_t numBoxes = 0;
 
-  void u8(uint8_t &v, const Field &what) { v = r.u8(what); }
-  void u32(uint32_t &v, const Field &what) { v = r.u32(what); }
-  void u64(uint64_t &v, const Field &what) { v = r.u64(what); }
-  void i64(int64_t &v, const Field &what) { v = r.i64(what); }
-  void str(std::string &v, const Field &what) { v = r.str(what); }
   template <typename Items>
   uint32_t count(const Items &, const Field &what, size_t leastBytes) {
     return r.count(what, leastBytes);
-  }
-  template <typename Values> uint32_t size(const Values &, const Field &what) {
-    return r.u32(what);
-  }
-  uint8_t flag(const std::optional<std::string> &, const Field &what) {
-    return r.u8(what);
-  }
-  void i64s(std::vector<int64_t> &values, uint32_t n, const Field &what) {
-    values = r.i64s(n, what);
-  }
-  template <typename Items> void resize(Items &items, size_t n) {
-    items.resize(n);
-  }
-  template <typename Fn> void names(Plan &, Fn &&fn) {
-    uint32_t n = r.count("entries", loadplan_format::kEntryBytes);
-    plan.entries.resize(n);
-    plan.firstBox.resize(n);
-    for (uint32_t i = 0; i < n; ++i)
-      fn(plan.entries[i], plan.entries[i].name, int64_t(0), i);
   }
 
   void checkStorageSize(uint32_t i) {
@@ -516,7 +491,7 @@ public:
                          ", ", box.hi[k], "), not inside [0, ", e.shape[k],
                          ")"));
     }
-    plan.firstBox[i] = static_cast<uint32_t>(numBoxes);
+    plan.firstBox.push_back(static_cast<uint32_t>(numBoxes));
     numBoxes += e.boxes.size();
     if (numBoxes > std::numeric_limits<uint32_t>::max())
       invalid("the plan has more than 2^32 boxes");

@@ -31,6 +31,27 @@ const Plan &planOf(const loadplan_plan_t *plan) {
   return *plan->plan;
 }
 
+/// Entry `index` of `plan`; INVALID_ARGUMENT when it has no such entry.
+const Entry &entryAt(const Plan &plan, uint32_t index) {
+  if (index >= plan.entries.size())
+    fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "entry index ", index,
+         " is out of range (the plan has ", plan.entries.size(), " entries)");
+  return plan.entries[index];
+}
+
+/// Item `index` of `e`'s `items` (its boxes or writes, `what` one and
+/// `plural` several of them); INVALID_ARGUMENT when there is no such item.
+template <typename Items>
+const typename Items::value_type &itemOf(const Entry &e, const Items &items,
+                                         uint32_t index, const char *what,
+                                         const char *plural) {
+  if (index >= items.size())
+    fail(LOADPLAN_STATUS_INVALID_ARGUMENT, what, " index ", index,
+         " is out of range (", quote(e.name), " has ", items.size(), " ",
+         plural, ")");
+  return items[index];
+}
+
 /// `text` in memory of its own, NUL-terminated, for loadplan_text_free.
 void giveText(const std::string &text, char **out_text, size_t *out_size) {
   char *copy = static_cast<char *>(std::malloc(text.size() + 1));
@@ -183,10 +204,7 @@ loadplan_status_t loadplan_plan_entry(const loadplan_plan_t *plan,
   return guard([&] {
     const Plan &p = planOf(plan);
     require(out, "out_info is NULL");
-    if (index >= p.entries.size())
-      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "entry index ", index,
-           " is out of range (the plan has ", p.entries.size(), " entries)");
-    const Entry &e = p.entries[index];
+    const Entry &e = entryAt(p, index);
     out->name = e.name.c_str();
     out->name_size = e.name.size();
     out->kind = e.kind;
@@ -206,15 +224,8 @@ loadplan_status_t loadplan_plan_box(const loadplan_plan_t *plan,
   return guard([&] {
     const Plan &p = planOf(plan);
     require(out, "out_info is NULL");
-    if (entry >= p.entries.size())
-      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "entry index ", entry,
-           " is out of range (the plan has ", p.entries.size(), " entries)");
-    const Entry &e = p.entries[entry];
-    if (box >= e.boxes.size())
-      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "box index ", box,
-           " is out of range (", quote(e.name), " has ", e.boxes.size(),
-           " boxes)");
-    const Box &b = e.boxes[box];
+    const Entry &e = entryAt(p, entry);
+    const Box &b = itemOf(e, e.boxes, box, "box", "boxes");
     out->rank = b.rank();
     out->starts = b.lo.data();
     out->stops = b.hi.data();
@@ -227,15 +238,8 @@ loadplan_status_t loadplan_plan_write(const loadplan_plan_t *plan,
   return guard([&] {
     const Plan &p = planOf(plan);
     require(out, "out_info is NULL");
-    if (entry >= p.entries.size())
-      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "entry index ", entry,
-           " is out of range (the plan has ", p.entries.size(), " entries)");
-    const Entry &e = p.entries[entry];
-    if (write >= e.writes.size())
-      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "write index ", write,
-           " is out of range (", quote(e.name), " has ", e.writes.size(),
-           " writes)");
-    const Write &w = e.writes[write];
+    const Entry &e = entryAt(p, entry);
+    const Write &w = itemOf(e, e.writes, write, "write", "writes");
     out->target = w.target;
     out->box = w.box;
     out->offset = w.offset;

@@ -92,38 +92,10 @@ TEST(PlanFormat, BoxExtentsAndVolume) {
 
 /// Reads a payload as PlanFields.h describes it, checking nothing but the
 /// bytes' bounds (ByteReader's).
-struct FieldReader : loadplan_format::PlanChecks {
-  ByteReader r;
-
+struct FieldReader : loadplan_format::PlanReading<FieldReader, ByteReader> {
   explicit FieldReader(const std::string &payload)
-      : r(reinterpret_cast<const uint8_t *>(payload.data()), payload.size()) {}
-  void u8(uint8_t &v, const Field &what) { v = r.u8(what); }
-  void u32(uint32_t &v, const Field &what) { v = r.u32(what); }
-  void u64(uint64_t &v, const Field &what) { v = r.u64(what); }
-  void i64(int64_t &v, const Field &what) { v = r.i64(what); }
-  void str(std::string &v, const Field &what) { v = r.str(what); }
-  template <typename Items>
-  uint32_t count(const Items &, const Field &what, size_t) {
-    return r.u32(what);
-  }
-  template <typename Values> uint32_t size(const Values &, const Field &what) {
-    return r.u32(what);
-  }
-  uint8_t flag(const std::optional<std::string> &, const Field &what) {
-    return r.u8(what);
-  }
-  void i64s(std::vector<int64_t> &values, uint32_t n, const Field &what) {
-    values = r.i64s(n, what);
-  }
-  template <typename Items> void resize(Items &items, size_t n) {
-    items.resize(n);
-  }
-  template <typename Fn> void names(Plan &plan, Fn &&fn) {
-    uint32_t n = r.u32("entries");
-    plan.entries.resize(n);
-    for (uint32_t i = 0; i < n; ++i)
-      fn(plan.entries[i], plan.entries[i].name, int64_t(0), i);
-  }
+      : PlanReading(reinterpret_cast<const uint8_t *>(payload.data()),
+                    payload.size()) {}
 };
 
 Plan readBack(const std::string &payload) {

@@ -175,6 +175,48 @@ void visitPlan(Visitor &v, PlanT &plan) {
   });
 }
 
+/// What every reader of the description does: each field read with `r`
+/// into the plan, counts and ranks taken as read, room made for what they
+/// count. `Derived` adds its checks, and its own count() where it weighs
+/// counts against the bytes left (as any reader of untrusted bytes must);
+/// `Reader` is a ByteReader, or one that throws on a short read.
+template <typename Derived, typename Reader> struct PlanReading : PlanChecks {
+  Reader r;
+
+  PlanReading(const uint8_t *data, size_t size, size_t base = 0)
+      : r(data, size, base) {}
+
+  void u8(uint8_t &v, const Field &what) { v = r.u8(what); }
+  void u32(uint32_t &v, const Field &what) { v = r.u32(what); }
+  void u64(uint64_t &v, const Field &what) { v = r.u64(what); }
+  void i64(int64_t &v, const Field &what) { v = r.i64(what); }
+  void str(std::string &v, const Field &what) { v = r.str(what); }
+  template <typename Items>
+  uint32_t count(const Items &, const Field &what, size_t /*leastBytes*/) {
+    return r.u32(what);
+  }
+  template <typename Values> uint32_t size(const Values &, const Field &what) {
+    return r.u32(what);
+  }
+  uint8_t flag(const std::optional<std::string> &, const Field &what) {
+    return r.u8(what);
+  }
+  void i64s(std::vector<int64_t> &values, uint32_t n, const Field &what) {
+    values = r.i64s(n, what);
+  }
+  template <typename Items> void resize(Items &items, size_t n) {
+    items.resize(n);
+  }
+  /// Every entry of the file, each under its own name.
+  template <typename PlanT, typename Fn> void names(PlanT &plan, Fn &&fn) {
+    auto &self = static_cast<Derived &>(*this);
+    uint32_t n = self.count(plan.entries, "entries", kEntryBytes);
+    self.resize(plan.entries, n);
+    for (uint32_t i = 0; i < n; ++i)
+      fn(plan.entries[i], plan.entries[i].name, int64_t(0), i);
+  }
+};
+
 } // namespace loadplan_format
 
 #endif // LOADPLAN_FORMAT_PLANFIELDS_H
