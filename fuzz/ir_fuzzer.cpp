@@ -9,6 +9,7 @@
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanDialect.h"
 #include "loadplan/Transforms/Passes.h"
 #include "loadplan/Transforms/Plan.h"
+#include "loadplan/format/PlanJson.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -69,7 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::string bytes = serializePlan(*plan);
   std::string text2;
   llvm::raw_string_ostream os(text2);
-  printPlanJson(*plan, os);
+  os << loadplan_format::planJson(*plan);
   printPlanReport(*plan, os, /*seconds=*/0);
   return 0;
 }

@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "loadplan/format/ByteIO.h"
+#include "loadplan/format/PlanFields.h"
 #include "loadplan/format/PlanFile.h"
 #include "loadplan/runtime.h"
 
@@ -25,9 +26,10 @@
 #include <vector>
 
 using loadplan_format::ByteReader;
+using loadplan_format::Field;
 using loadplan_format::FileHeader;
 using loadplan_format::layoutFingerprint;
-using loadplan_format::PlanTarget;
+using loadplan_format::Plan;
 using loadplan_format::resealHeader;
 using loadplan_format::storeU64;
 
@@ -49,33 +51,40 @@ bool ok(loadplan_status_t status) {
   return false;
 }
 
+/// Reads the storages and targets of a payload as PlanFields.h describes
+/// them, checking only what keeps it from allocating more than the bytes
+/// hold; `readable` turns false where the runtime would refuse them (a
+/// count the bytes cannot hold, a rank past 64) or the bytes run out. The
+/// entries are left unread.
+struct TargetReader
+    : loadplan_format::PlanReading<TargetReader, ByteReader> {
+  bool readable = true;
+
+  using PlanReading::PlanReading;
+  template <typename Items>
+  uint32_t count(const Items &, const Field &what, size_t leastBytes) {
+    uint32_t n = r.u32(what);
+    if (leastBytes && n > r.left() / leastBytes) {
+      readable = false;
+      return 0;
+    }
+    return n;
+  }
+  template <typename Fn> void names(Plan &, Fn &&) {}
+  void checkTargetRank(uint32_t, uint32_t rank) { readable &= rank <= 64; }
+};
+
 /// Sets the header's fingerprint to that of the targets in the payload,
 /// when they can be read, then its payload size and checksum.
 void fixHeader(std::string &bytes) {
   auto *file = reinterpret_cast<uint8_t *>(bytes.data());
-  ByteReader r(file + FileHeader::kSize, bytes.size() - FileHeader::kSize);
-  uint32_t numStorages = r.u32("");
-  r.take(8ull * numStorages, "");
-  uint32_t numTargets = r.u32("");
-  std::vector<PlanTarget> targets;
-  bool readable = true;
-  for (uint32_t i = 0; readable && r.ok() && i < numTargets; ++i) {
-    PlanTarget t;
-    t.module = r.str("");
-    t.tensor = r.str("");
-    t.storage = r.u32("");
-    t.byteOffset = r.u64("");
-    t.dtype = r.u32("");
-    uint32_t rank = r.u32("");
-    readable = rank <= 64;
-    if (readable) {
-      t.shape = r.i64s(rank, "");
-      t.stride = r.i64s(rank, "");
-    }
-    targets.push_back(std::move(t));
-  }
-  if (readable && r.ok())
-    storeU64(file + FileHeader::kFingerprintAt, layoutFingerprint(targets));
+  TargetReader reader(file + FileHeader::kSize,
+                      bytes.size() - FileHeader::kSize);
+  Plan plan;
+  loadplan_format::visitPlan(reader, plan);
+  if (reader.readable && reader.r.ok())
+    storeU64(file + FileHeader::kFingerprintAt,
+             layoutFingerprint(plan.targets));
   resealHeader(file, bytes.size());
 }
 
@@ -99,12 +108,25 @@ void queryAll(const loadplan_plan_t *plan,
       loadplan_write_info_t write;
       ok(loadplan_plan_write(plan, e, w, &write));
     }
+    for (uint32_t b = 0; b <= entry.num_boxes; ++b) {
+      loadplan_box_info_t box;
+      if (ok(loadplan_plan_box(plan, e, b, &box)) != (b < entry.num_boxes))
+        __builtin_trap(); // every box of the entry, and no other
+    }
   }
-  for (uint32_t kind = 0; kind <= LOADPLAN_KIND_UNNEEDED + 1; ++kind) {
+  for (uint32_t kind = 0; kind <= LOADPLAN_KIND_COUNT_; ++kind) {
     const uint32_t *indices;
     size_t count;
     ok(loadplan_plan_entries_of_kind(plan, kind, &indices, &count));
   }
+  // The report and the JSON of whatever the reader accepted.
+  char *text = nullptr;
+  if (!ok(loadplan_plan_report(plan, "fuzz", 4, &text, nullptr)))
+    __builtin_trap();
+  loadplan_text_free(text);
+  if (!ok(loadplan_plan_json(plan, &text, nullptr)))
+    __builtin_trap();
+  loadplan_text_free(text);
 }
 
 /// Binds the plan to scratch storages and applies every direct name, as
@@ -179,13 +201,14 @@ void bindAndApply(loadplan_plan_t *plan,
     tensors.push_back({e.name, e.name_size, buffer(numel, e.dtype), e.dtype,
                        e.rank, e.shape});
     for (uint32_t b = 0; b < e.num_boxes; ++b) {
-      std::vector<int64_t> lo(e.rank), hi(e.rank);
+      loadplan_box_info_t box;
+      if (!ok(loadplan_plan_box(plan, direct[i], b, &box)))
+        __builtin_trap();
+      std::vector<int64_t> lo(box.starts, box.starts + box.rank),
+          hi(box.stops, box.stops + box.rank);
       uint64_t elements = 1;
-      for (uint32_t k = 0; k < e.rank; ++k) {
-        lo[k] = e.boxes[2 * (size_t(b) * e.rank + k)];
-        hi[k] = e.boxes[2 * (size_t(b) * e.rank + k) + 1];
+      for (uint32_t k = 0; k < box.rank; ++k)
         elements *= uint64_t(hi[k] - lo[k]); // within the tensor: no overflow
-      }
       starts.push_back(std::move(lo));
       stops.push_back(std::move(hi));
       boxes.push_back({e.name, e.name_size, buffer(elements, e.dtype), e.dtype,

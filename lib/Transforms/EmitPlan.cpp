@@ -2,6 +2,7 @@
 
 #include "loadplan/Transforms/Passes.h"
 #include "loadplan/Transforms/Plan.h"
+#include "loadplan/format/PlanJson.h"
 
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/FileSystem.h"
@@ -91,7 +92,7 @@ struct EmitPlanJsonPass
     FailureOr<Plan> plan = buildPlan(getOperation());
     if (failed(plan) ||
         failed(writeFile(getOperation(), file, [&](raw_ostream &os) {
-          printPlanJson(*plan, os);
+          os << ::loadplan_format::planJson(*plan);
         })))
       return signalPassFailure();
     markAllAnalysesPreserved();

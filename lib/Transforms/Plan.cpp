@@ -11,17 +11,11 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/Support/Format.h"
-#include "llvm/Support/JSON.h"
 
 #include <chrono>
 
 using namespace mlir;
 using namespace mlir::loadplan;
-using ::loadplan_format::hex64;
-using ::loadplan_format::addSaturated;
-using ::loadplan_format::layoutFingerprint;
-using ::loadplan_format::neededBytes;
-using ::loadplan_format::forEachName;
 using ::loadplan_format::planReport;
 
 DtypeCodes::DtypeCodes(MLIRContext *context) {
@@ -42,18 +36,6 @@ uint32_t DtypeCodes::lookup(Type type) const {
 
 Type DtypeCodes::type(uint32_t code) const {
   return code < types.size() ? types[code] : Type();
-}
-
-StringRef loadplan::getKindName(loadplan_entry_kind_t kind) {
-  switch (kind) {
-  case LOADPLAN_KIND_DIRECT:
-    return "direct";
-  case LOADPLAN_KIND_FALLBACK:
-    return "fallback";
-  case LOADPLAN_KIND_UNNEEDED:
-    return "unneeded";
-  }
-  return "unknown";
 }
 
 FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
@@ -108,12 +90,8 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
     if (!fallbacks.empty()) {
       e.kind = LOADPLAN_KIND_FALLBACK;
       e.reason = (*fallbacks.begin()).getReason().str();
-      PlanBox whole;
-      for (int64_t n : e.shape) {
-        whole.starts.push_back(0);
-        whole.stops.push_back(n);
-      }
-      e.boxes.push_back(std::move(whole));
+      e.boxes.push_back(
+          PlanBox{::loadplan_format::Dims(e.shape.size(), 0), e.shape});
       continue;
     }
     for (Operation &op : block) {
@@ -124,8 +102,10 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
       auto write = dyn_cast<WriteOp>(op);
       if (!write)
         continue;
-      PlanBox box{write.getBox().getStarts().vec(),
-                  write.getBox().getStops().vec()};
+      ArrayRef<int64_t> starts = write.getBox().getStarts(),
+                        stops = write.getBox().getStops();
+      PlanBox box{::loadplan_format::Dims(starts.begin(), starts.end()),
+                  ::loadplan_format::Dims(stops.begin(), stops.end())};
       auto it = llvm::find(e.boxes, box);
       uint32_t boxIndex = it - e.boxes.begin();
       if (it == e.boxes.end())
@@ -158,105 +138,8 @@ std::string loadplan::serializePlan(const Plan &plan) {
 }
 
 //===----------------------------------------------------------------------===//
-// JSON and the report
+// The report
 //===----------------------------------------------------------------------===//
-
-void loadplan::printPlanJson(const Plan &plan, raw_ostream &os) {
-  llvm::json::OStream j(os, /*IndentSize=*/2);
-  auto ints = [&](ArrayRef<int64_t> values) {
-    j.array([&] {
-      for (int64_t v : values)
-        j.value(v);
-    });
-  };
-  auto box = [&](const PlanBox &b) {
-    j.array([&] {
-      for (size_t d = 0; d < b.starts.size(); ++d)
-        j.array([&] {
-          j.value(b.starts[d]);
-          j.value(b.stops[d]);
-        });
-    });
-  };
-  int64_t counts[3] = {0, 0, 0}, bytes[3] = {0, 0, 0}, writes = 0;
-  j.object([&] {
-    j.attribute("version", LOADPLAN_PLAN_VERSION);
-    j.attribute("fingerprint",
-                hex64(layoutFingerprint(plan.targets), /*prefix=*/""));
-    j.attributeArray("targets", [&] {
-      for (const PlanTarget &t : plan.targets)
-        j.object([&] {
-          j.attribute("module", t.module);
-          j.attribute("tensor", t.tensor);
-          j.attribute("storage", t.storage);
-          j.attribute("byte_offset", t.byteOffset);
-          j.attributeBegin("shape");
-          ints(t.shape);
-          j.attributeEnd();
-          j.attributeBegin("stride");
-          ints(t.stride);
-          j.attributeEnd();
-          j.attribute("dtype", loadplan_dtype_name(t.dtype));
-        });
-    });
-    j.attributeObject("entries", [&] {
-      forEachName(plan, [&](const PlanEntry &e, StringRef name,
-                            int64_t shift) {
-        counts[e.kind] += 1;
-        bytes[e.kind] = addSaturated(bytes[e.kind], neededBytes(e));
-        writes += e.writes.size();
-        j.attributeObject(name, [&] {
-          j.attribute("kind",
-                      getKindName(static_cast<loadplan_entry_kind_t>(e.kind)));
-          j.attribute("dtype", loadplan_dtype_name(e.dtype));
-          j.attributeBegin("shape");
-          ints(e.shape);
-          j.attributeEnd();
-          if (e.reason)
-            j.attribute("reason", *e.reason);
-          else
-            j.attribute("reason", nullptr);
-          j.attributeArray("boxes", [&] {
-            for (const PlanBox &b : e.boxes)
-              box(b);
-          });
-          j.attributeArray("writes", [&] {
-            for (const PlanWrite &w : e.writes)
-              j.object([&] {
-                j.attribute("target", w.target);
-                j.attributeBegin("box");
-                box(e.boxes[w.box]);
-                j.attributeEnd();
-                if (w.convertTo)
-                  j.attribute("convert_to", loadplan_dtype_name(w.convertTo));
-                j.attributeObject("region", [&] {
-                  j.attribute("offset",
-                              ::loadplan_format::movedOffset(e.dtype, w, shift));
-                  j.attributeBegin("shape");
-                  ints(w.shape);
-                  j.attributeEnd();
-                  j.attributeBegin("stride");
-                  ints(w.stride);
-                  j.attributeEnd();
-                });
-              });
-          });
-        });
-      });
-    });
-    j.attributeObject("stats", [&] {
-      j.attribute("names", static_cast<int64_t>(plan.numNames()));
-      j.attribute("direct", counts[LOADPLAN_KIND_DIRECT]);
-      j.attribute("fallback", counts[LOADPLAN_KIND_FALLBACK]);
-      j.attribute("unneeded", counts[LOADPLAN_KIND_UNNEEDED]);
-      j.attribute("direct_bytes", bytes[LOADPLAN_KIND_DIRECT]);
-      j.attribute("fallback_bytes", bytes[LOADPLAN_KIND_FALLBACK]);
-      j.attribute("writes", writes);
-      j.attribute("targets", static_cast<int64_t>(plan.targets.size()));
-    });
-  });
-  os << "\n";
-}
 
 void loadplan::printPlanReport(const Plan &plan, raw_ostream &os,
                                double seconds) {

@@ -54,6 +54,10 @@ for _code in range(1, _native.DTYPE_COUNT):
 DTYPES: dict[int, torch.dtype] = {c: d for d, c in DTYPE_CODES.items()}
 _native.set_torch_types(torch.Tensor, torch.strided, DTYPE_CODES)
 
+KINDS: tuple[str, ...] = tuple(_native.KIND_NAMES)
+"""The kinds of a plan's names, by code: ("direct", "fallback", "unneeded"),
+from the runtime's table (LOADPLAN_KINDS in plan_format.h)."""
+
 
 def dtype_code(dtype: torch.dtype) -> int:
     try:

@@ -87,7 +87,7 @@ class Entry:
     """What the plan says of one checkpoint name."""
 
     name: str
-    kind: str  # 'direct' | 'fallback' | 'unneeded'
+    kind: str  # one of _runtime.KINDS: 'direct', 'fallback' or 'unneeded'
     dtype: torch.dtype
     shape: tuple[int, ...]
     reason: str | None

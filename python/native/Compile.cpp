@@ -6,6 +6,7 @@
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanDialect.h"
 #include "loadplan/Transforms/Passes.h"
 #include "loadplan/Transforms/Plan.h"
+#include "loadplan/format/PlanJson.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -156,7 +157,7 @@ compileModule(MLIRContext &context, ModuleOp module,
     return std::nullopt;
   }
   if (printJson)
-    result.json = loadplan_python::planJson(*plan);
+    result.json = ::loadplan_format::planJson(*plan);
   result.plan = loadplan::serializePlan(*plan);
   {
     llvm::raw_string_ostream os(result.report);
@@ -279,10 +280,3 @@ loadplan_python::compileRecords(const CapturedRecords &records,
 }
 
 const char *loadplan_python::compilerMissing() { return nullptr; }
-
-std::string loadplan_python::planJson(const loadplan_format::Plan &plan) {
-  std::string out;
-  llvm::raw_string_ostream os(out);
-  loadplan::printPlanJson(plan, os);
-  return out;
-}

@@ -70,12 +70,9 @@ CompileResult compileRecords(const CapturedRecords &records,
                              const std::string &sourceName, bool printIR,
                              bool printJson);
 
-/// The compiler's JSON of a plan (what --loadplan-emit-plan-json writes).
-std::string planJson(const loadplan_format::Plan &plan);
-
 /// nullptr where the module has the compiler; else why it cannot compile
 /// (built with LOADPLAN_BUILD_COMPILER=OFF: compile() fails with this
-/// message and planJson() is empty).
+/// message).
 const char *compilerMissing();
 
 } // namespace loadplan_python

@@ -23,10 +23,6 @@ loadplan_python::compile(const std::string &, const std::string &, bool,
   return result;
 }
 
-std::string loadplan_python::planJson(const loadplan_format::Plan &) {
-  return {};
-}
-
 loadplan_python::CompileResult
 loadplan_python::compileRecords(const CapturedRecords &, const std::string &,
                                 bool, bool) {

@@ -1,18 +1,16 @@
 //===- Plan.cpp - The Plan class of loadplan._native -----------*- C++ -*-===//
 //
 // Plan's Python methods: open and check plan bytes or a file, read back its
-// summary, targets and entries as the JSON plan spells them, and decode it
-// into loadplan_format::Plan for the compiler's report and JSON, so that a
-// plan read at run time prints as the compiler printed it.
+// summary, targets and entries as the JSON plan spells them, and its report
+// and JSON, which the runtime prints from the plan it read as the compiler
+// printed them.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Plan.h"
-#include "Compile.h"
 #include "Errors.h"
 #include "Runtime.h"
 
-#include "loadplan/format/Report.h"
 #include "loadplan/runtime.h"
 
 #include <nanobind/stl/string.h>
@@ -20,7 +18,6 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -29,13 +26,30 @@ using namespace loadplan_python;
 
 namespace {
 
-/// Box `b` of an entry of rank `rank`: ((start, stop), ...).
-nb::tuple boxOf(const int64_t *boxes, uint32_t rank, uint32_t b) {
+/// Box `box` of entry `entry`: ((start, stop), ...).
+nb::tuple boxOf(const Plan &p, uint32_t entry, uint32_t box) {
+  loadplan_box_info_t b;
+  check(loadplan_plan_box(p.get(), entry, box, &b));
   nb::list dims;
-  for (uint32_t k = 0; k < rank; ++k)
-    dims.append(nb::make_tuple(boxes[2 * (b * rank + k)],
-                               boxes[2 * (b * rank + k) + 1]));
+  for (uint32_t k = 0; k < b.rank; ++k)
+    dims.append(nb::make_tuple(b.starts[k], b.stops[k]));
   return nb::tuple(dims);
+}
+
+/// The text a runtime call (`call(&text, &size)`) gives, as a str; the
+/// call runs without the GIL.
+template <typename Call> nb::str textOf(Call &&call) {
+  char *text = nullptr;
+  size_t size = 0;
+  loadplan_status_t status;
+  {
+    nb::gil_scoped_release release;
+    status = call(&text, &size);
+  }
+  check(status);
+  nb::str out(text, size);
+  loadplan_text_free(text);
+  return out;
 }
 
 /// The Python methods of Plan.
@@ -71,9 +85,9 @@ struct PlanMethods {
     out["storages"] = s.num_storages;
     out["targets"] = s.num_targets;
     out["names"] = s.num_entries;
-    out["direct"] = s.num_direct;
-    out["fallback"] = s.num_fallback;
-    out["unneeded"] = s.num_unneeded;
+    out[loadplan_kind_name(LOADPLAN_KIND_DIRECT)] = s.num_direct;
+    out[loadplan_kind_name(LOADPLAN_KIND_FALLBACK)] = s.num_fallback;
+    out[loadplan_kind_name(LOADPLAN_KIND_UNNEEDED)] = s.num_unneeded;
     out["writes"] = s.num_writes;
     out["direct_bytes"] = s.direct_bytes;
     out["fallback_bytes"] = s.fallback_bytes;
@@ -107,15 +121,14 @@ struct PlanMethods {
     check(loadplan_plan_entry(p.get(), index, &e));
     nb::dict out;
     out["name"] = std::string(e.name, e.name_size);
-    static const char *const kinds[] = {"direct", "fallback", "unneeded"};
-    out["kind"] = e.kind <= LOADPLAN_KIND_UNNEEDED ? kinds[e.kind] : "invalid";
+    out["kind"] = loadplan_kind_name(e.kind);
     out["dtype"] = e.dtype;
     out["shape"] = ints(e.shape, e.rank);
     out["reason"] =
         e.reason ? nb::cast(std::string(e.reason, e.reason_size)) : nb::none();
     nb::list boxes;
     for (uint32_t b = 0; b < e.num_boxes; ++b)
-      boxes.append(boxOf(e.boxes, e.rank, b));
+      boxes.append(boxOf(p, index, b));
     out["boxes"] = boxes;
     nb::list writes;
     for (uint32_t w = 0; w < e.num_writes; ++w) {
@@ -127,7 +140,7 @@ struct PlanMethods {
       region["stride"] = ints(wi.stride, wi.rank);
       nb::dict write;
       write["target"] = wi.target;
-      write["box"] = boxOf(e.boxes, e.rank, wi.box);
+      write["box"] = boxes[wi.box];
       write["region"] = region;
       if (wi.dtype != e.dtype)
         write["convert_to"] = wi.dtype;
@@ -156,66 +169,21 @@ struct PlanMethods {
     return out;
   }
 
-  /// The plan as plain data, as the compiler had it before encoding.
-  static loadplan_format::Plan toFormat(const Plan &p) {
-    loadplan_plan_summary_t s;
-    check(loadplan_plan_summary(p.get(), &s));
-    loadplan_format::Plan plan;
-    plan.storageSizes.resize(s.num_storages);
-    for (uint32_t i = 0; i < s.num_storages; ++i)
-      check(loadplan_plan_storage(p.get(), i, &plan.storageSizes[i]));
-    plan.targets.resize(s.num_targets);
-    for (uint32_t i = 0; i < s.num_targets; ++i) {
-      loadplan_target_info_t t;
-      check(loadplan_plan_target(p.get(), i, &t));
-      loadplan_format::PlanTarget &out = plan.targets[i];
-      out.module.assign(t.module, t.module_size);
-      out.tensor.assign(t.tensor, t.tensor_size);
-      out.storage = t.storage;
-      out.byteOffset = t.byte_offset;
-      out.dtype = t.dtype;
-      out.shape = ints(t.shape, t.rank);
-      out.stride = ints(t.stride, t.rank);
-    }
-    plan.entries.resize(s.num_entries);
-    for (uint32_t i = 0; i < s.num_entries; ++i) {
-      loadplan_entry_info_t e;
-      check(loadplan_plan_entry(p.get(), i, &e));
-      loadplan_format::PlanEntry &out = plan.entries[i];
-      out.name.assign(e.name, e.name_size);
-      out.kind = static_cast<uint8_t>(e.kind);
-      out.dtype = e.dtype;
-      out.shape = ints(e.shape, e.rank);
-      if (e.reason)
-        out.reason.emplace(e.reason, e.reason_size);
-      out.boxes.resize(e.num_boxes);
-      for (uint32_t b = 0; b < e.num_boxes; ++b)
-        for (uint32_t k = 0; k < e.rank; ++k) {
-          out.boxes[b].starts.push_back(e.boxes[2 * (b * e.rank + k)]);
-          out.boxes[b].stops.push_back(e.boxes[2 * (b * e.rank + k) + 1]);
-        }
-      out.writes.resize(e.num_writes);
-      for (uint32_t w = 0; w < e.num_writes; ++w) {
-        loadplan_write_info_t wi;
-        check(loadplan_plan_write(p.get(), i, w, &wi));
-        out.writes[w] = {wi.target, wi.box, wi.offset, ints(wi.shape, wi.rank),
-                         ints(wi.stride, wi.rank),
-                         wi.dtype != e.dtype ? wi.dtype : 0u};
-      }
-    }
-    return plan;
+  /// The format library's report of this plan (the compiler's), its last
+  /// line ending with `how`.
+  static nb::str report(const Plan &p, const std::string &how) {
+    const loadplan_plan_t *plan = p.get();
+    return textOf([&](char **text, size_t *size) {
+      return loadplan_plan_report(plan, how.data(), how.size(), text, size);
+    });
   }
 
-  /// The compiler's report of this plan, ending with `how`.
-  static std::string report(const Plan &p, const std::string &how) {
-    return loadplan_format::planReport(toFormat(p), how);
-  }
-
-  /// The compiler's JSON of this plan.
-  static std::string json(const Plan &p) {
-    if (const char *missing = compilerMissing())
-      throw std::runtime_error(std::string("load plan: ") + missing);
-    return planJson(toFormat(p));
+  /// The format library's JSON of this plan (the compiler's).
+  static nb::str json(const Plan &p) {
+    const loadplan_plan_t *plan = p.get();
+    return textOf([&](char **text, size_t *size) {
+      return loadplan_plan_json(plan, text, size);
+    });
   }
 
   /// The targets some write goes to, in plan order.

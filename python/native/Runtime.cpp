@@ -79,6 +79,10 @@ void loadplan_python::defineRuntime(nb::module_ &m) {
       "The MLIR element type of a plan dtype code as IR text spells it "
       "('' if none)");
   m.attr("DTYPE_COUNT") = static_cast<int>(LOADPLAN_DTYPE_COUNT_);
+  nb::list kinds;
+  for (uint32_t kind = 0; kind < LOADPLAN_KIND_COUNT_; ++kind)
+    kinds.append(loadplan_kind_name(kind));
+  m.attr("KIND_NAMES") = nb::tuple(kinds);
   m.def(
       "cuda_device_count",
       []() {

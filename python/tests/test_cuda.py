@@ -11,6 +11,7 @@ So bench/gpu_prepare.sh runs this file where the compiler is, with
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -114,5 +115,7 @@ def test_without_the_compiler_planning_says_why(plan_dir):
         loadplan.plan_loads(model, metas)
     model, metas = started("llama-tp2-rank1", "cpu")
     plan = loadplan.plan_or_load(model, metas, plan_dir / "llama-tp2-rank1.plan")
-    with pytest.raises(RuntimeError, match="built without the compiler"):
-        plan.json
+    # The JSON is the runtime's: it needs no compiler.
+    printed = json.loads(plan.json)
+    assert printed["fingerprint"] == plan.fingerprint
+    assert printed["stats"]["names"] == len(metas) == len(printed["entries"])

@@ -291,6 +291,32 @@ def started(module, **kw) -> torch.nn.Module:
     return model
 
 
+def test_kinds_are_the_runtime_table():
+    assert _runtime.KINDS == ("direct", "fallback", "unneeded")
+    model, metas = fp8.make(0, 2)
+    plan = loadplan.plan_loads(model, metas)
+    kinds = [e.kind for e in plan.entries.values()]
+    assert set(kinds) <= set(_runtime.KINDS) and "fallback" in kinds
+    assert {k: plan.summary[k] for k in _runtime.KINDS} == {k: kinds.count(k) for k in _runtime.KINDS}
+
+
+@pytest.mark.parametrize("example", ["qwen2_moe", "fp8"])
+def test_a_plan_read_back_prints_as_compiled(example):
+    """The runtime prints the JSON and the report of a plan it reads (the
+    format library's, with no compiler) as the compiler printed them when it
+    compiled it, byte for byte but for how the report ends; qwen2_moe's
+    experts are members of one entry when compiled, entries of their own in
+    the file."""
+    model, metas = EXAMPLES[example].make(0, 2)
+    plan = loadplan.plan_loads(model, metas)
+    compiled = loadplan.compile_capture(plan.capture, print_json=True)
+    read = _runtime.open_plan(plan.plan_bytes)
+    assert read.json() == compiled["json"]
+    report, want = read.report("read back").splitlines(), compiled["report"].splitlines()
+    assert report[:-1] == want[:-1]
+    assert report[-1] == want[-1].split("; compiled in")[0] + "; read back"
+
+
 @pytest.mark.parametrize("example", sorted(EXAMPLES))
 def test_save_load_round_trip(example, tmp_path):
     module = EXAMPLES[example]

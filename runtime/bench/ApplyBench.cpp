@@ -65,8 +65,8 @@ struct Setup {
                             uint32_t(e.shape.size()), e.shape.data()});
       const TestBox &b = e.boxes[0];
       boxArgs.push_back({e.name.data(), e.name.size(), tensor, e.dtype,
-                         uint32_t(e.shape.size()), b.starts.data(),
-                         b.stops.data()});
+                         uint32_t(e.shape.size()), b.lo.data(),
+                         b.hi.data()});
       // The memcpy baseline: the box's bytes from the same place into the
       // same storage, contiguous, in 1 MiB pieces over the same pool.
       size_t n = size_t(product(b.extents())) * 2;

@@ -168,7 +168,7 @@ public:
       if (tensorAt + tensorBytes(e) > tensorArena)
         tensorAt = 0;
       boxArgs.push_back({e.name.data(), e.name.size(), boxes + boxAt, e.dtype,
-                         rank, b.starts.data(), b.stops.data()});
+                         rank, b.lo.data(), b.hi.data()});
       tensorArgs.push_back({e.name.data(), e.name.size(), tensors + tensorAt,
                             e.dtype, rank, e.shape.data()});
       if (pinned) {
@@ -304,7 +304,7 @@ private:
       int64_t d = 0, s = 0;
       for (size_t k = 0; k < rank; ++k) {
         d += index[k] * w.stride[k];
-        s += (index[k] + (full ? b.starts[k] : 0)) * srcStride[k];
+        s += (index[k] + (full ? b.lo[k] : 0)) * srcStride[k];
       }
       if (live[size_t(d)] != src[size_t(s)]) {
         std::fprintf(stderr,

@@ -64,7 +64,7 @@ Binding::Binding(const Plan &plan, const loadplan_target_layout_t *layouts,
     std::string label =
         concat("target ", i, " (", quote(t.module + "." + t.tensor), ")");
     uintptr_t data = reinterpret_cast<uintptr_t>(l.data);
-    if (!data && !t.spanBytes)
+    if (!data && std::find(t.shape.begin(), t.shape.end(), 0) != t.shape.end())
       continue; // no bytes: torch gives empty tensors no memory
     if (!data)
       fail(LOADPLAN_STATUS_INVALID_ARGUMENT, label, ": data is NULL");
@@ -159,7 +159,8 @@ void Binding::requireDirect(uint32_t index, size_t input) const {
   const Entry &e = plan.entries[index];
   if (e.kind == LOADPLAN_KIND_FALLBACK)
     fail(LOADPLAN_STATUS_INVALID_UPDATE, label(input, e.name),
-         " is a fallback (", e.reason, "); send it through the model's loader");
+         " is a fallback (", e.reason ? *e.reason : std::string(),
+         "); send it through the model's loader");
   if (e.kind == LOADPLAN_KIND_UNNEEDED)
     fail(LOADPLAN_STATUS_INVALID_UPDATE, label(input, e.name),
          " is not needed on this rank; do not send it");
@@ -170,7 +171,7 @@ void Binding::takeTensor(uint32_t ei, size_t input, const void *data) {
   if (entryStamp[ei] == stamp)
     fail(LOADPLAN_STATUS_INVALID_UPDATE, label(input, e.name),
          " is sent twice (also as ", inputKind, " ", entryInput[ei], ")");
-  if (!data && e.numElements)
+  if (!data && e.numElements())
     fail(LOADPLAN_STATUS_INVALID_ARGUMENT, label(input, e.name),
          ": data is NULL");
   entryStamp[ei] = stamp;
@@ -181,29 +182,25 @@ void Binding::takeTensor(uint32_t ei, size_t input, const void *data) {
 
 bool Binding::sameBox(const Entry &e, uint32_t box, const int64_t *starts,
                       const int64_t *stops) const {
-  for (uint32_t d = 0; d < e.rank(); ++d)
-    if (starts[d] != e.boxStart(box, d) || stops[d] != e.boxStop(box, d))
-      return false;
-  return true;
+  const Box &b = e.boxes[box];
+  return std::equal(b.lo.begin(), b.lo.end(), starts) &&
+         std::equal(b.hi.begin(), b.hi.end(), stops);
 }
 
 void Binding::requireAllBoxes() const {
   for (uint32_t ei : active) {
     const Entry &e = plan.entries[ei];
-    if (entryBoxCount[ei] == e.numBoxes)
+    if (entryBoxCount[ei] == e.boxes.size())
       continue;
     uint32_t missing = 0;
-    while (boxStamp[e.firstBox + missing] == stamp)
+    while (boxStamp[plan.firstBox[ei] + missing] == stamp)
       ++missing;
-    std::vector<int64_t> starts, stops;
-    for (uint32_t d = 0; d < e.rank(); ++d) {
-      starts.push_back(e.boxStart(missing, d));
-      stops.push_back(e.boxStop(missing, d));
-    }
+    const Box &box = e.boxes[missing];
     fail(LOADPLAN_STATUS_INVALID_UPDATE, "box ", entryInput[ei], " (",
          quote(e.name), "): the batch lacks box ", missing, " ",
-         boxText(e.rank(), starts.data(), stops.data()), " of ", quote(e.name),
-         " (it sends ", entryBoxCount[ei], " of its ", e.numBoxes, " boxes)");
+         boxText(e.rank(), box.lo.data(), box.hi.data()), " of ",
+         quote(e.name), " (it sends ", entryBoxCount[ei], " of its ",
+         e.boxes.size(), " boxes)");
   }
 }
 
@@ -317,17 +314,17 @@ void Binding::applyBoxes(const loadplan_box_t *boxes, size_t count,
           fail(LOADPLAN_STATUS_INVALID_ARGUMENT, label(),
                ": starts or stops is NULL");
         uint32_t box = 0;
-        while (box < e.numBoxes && !b.sameBox(e, box, in.starts, in.stops))
+        while (box < e.boxes.size() && !b.sameBox(e, box, in.starts, in.stops))
           ++box;
-        if (box == e.numBoxes)
+        if (box == e.boxes.size())
           fail(LOADPLAN_STATUS_INVALID_UPDATE, label(), ": box ",
                boxText(in.rank, in.starts, in.stops), " is not one of the ",
-               e.numBoxes, " boxes the plan needs");
-        uint32_t gb = e.firstBox + box;
+               e.boxes.size(), " boxes the plan needs");
+        uint32_t gb = b.plan.firstBox[ei] + box;
         if (b.boxStamp[gb] == b.stamp)
           fail(LOADPLAN_STATUS_INVALID_UPDATE, label(), ": box ", box,
                " is sent twice (also as box ", b.boxInput[gb], ")");
-        if (!in.data && e.boxElements(box))
+        if (!in.data && e.boxes[box].volume())
           fail(LOADPLAN_STATUS_INVALID_ARGUMENT, label(), ": data is NULL");
         b.boxStamp[gb] = b.stamp;
         b.boxInput[gb] = static_cast<uint32_t>(i);

@@ -58,17 +58,18 @@ Copies loadplan::buildCopies(const Plan &plan, SourceForm form,
     int64_t itemSize = loadplan_dtype_size(e.dtype);
     std::vector<int64_t> tensorStrides = contiguousStrides(e.shape);
     for (const Write &w : e.writes) {
-      if (e.boxElements(w.box) == 0)
+      const Box &box = e.boxes[w.box];
+      if (box.volume() == 0)
         continue;
       int64_t dstItemSize = loadplan_dtype_size(writtenDtype(e, w));
       extents.resize(e.rank());
       for (uint32_t k = 0; k < e.rank(); ++k)
-        extents[k] = e.boxStop(w.box, k) - e.boxStart(w.box, k);
+        extents[k] = box.extent(k);
       int64_t srcOffset = 0;
       if (form == SourceForm::Tensor) {
         srcStrides = tensorStrides;
         for (uint32_t k = 0; k < e.rank(); ++k)
-          srcOffset += e.boxStart(w.box, k) * tensorStrides[k] * itemSize;
+          srcOffset += box.lo[k] * tensorStrides[k] * itemSize;
       } else {
         srcStrides = contiguousStrides(extents);
       }
@@ -93,7 +94,7 @@ Copies loadplan::buildCopies(const Plan &plan, SourceForm form,
       const Target &t = plan.targets[w.target];
       Copy c;
       c.entry = ei;
-      c.box = e.firstBox + w.box;
+      c.box = plan.firstBox[ei] + w.box;
       c.srcOffset = srcOffset;
       c.dst = storageBases[t.storage] + t.byteOffset + w.offset * dstItemSize;
       c.run = mergeDims(dims, dstItemSize, itemSize);

@@ -36,7 +36,7 @@ struct ByteDim {
 /// read srcItemSize bytes apart and converted (loadplan/convert.h).
 struct Copy {
   uint32_t entry;
-  uint32_t box;      // global box index (Entry::firstBox + box)
+  uint32_t box;      // global box index (Plan::firstBox[entry] + box)
   int64_t srcOffset; // bytes from the source's first byte
   uint8_t *dst;      // first destination byte
   int64_t run;       // contiguous bytes per row

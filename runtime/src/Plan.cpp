@@ -4,7 +4,9 @@
 // checked, each count is weighed against the bytes left before anything is
 // allocated for it, each index is range checked and all arithmetic on sizes
 // is overflow checked. A plan that passes can be executed without further
-// checks: the executors rely on it.
+// checks: the executors rely on it. The payload is read as PlanFields.h
+// describes it (the encoder writes it from the same description); the
+// checks here come at its check points.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,6 +14,7 @@
 #include "Status.h"
 #include "loadplan/convert.h"
 #include "loadplan/format/ByteIO.h"
+#include "loadplan/format/PlanFields.h"
 
 #include <algorithm>
 #include <cstring>
@@ -104,11 +107,11 @@ std::string writeLabel(const Entry &e, uint32_t write) {
 }
 
 std::string boxString(const Entry &e, uint32_t box) {
+  const Box &b = e.boxes[box];
   std::ostringstream os;
   os << '[';
-  for (uint32_t k = 0; k < e.rank(); ++k)
-    os << (k ? ", " : "") << '(' << e.boxStart(box, k) << ", "
-       << e.boxStop(box, k) << ')';
+  for (uint32_t k = 0; k < b.rank(); ++k)
+    os << (k ? ", " : "") << '(' << b.lo[k] << ", " << b.hi[k] << ')';
   os << ']';
   return os.str();
 }
@@ -153,8 +156,8 @@ sortedByteDims(const std::vector<int64_t> &shape,
   return dims;
 }
 
-void checkTarget(Plan &plan, uint32_t index) {
-  Target &t = plan.targets[index];
+void checkTarget(const Plan &plan, uint32_t index) {
+  const Target &t = plan.targets[index];
   auto label = [&] { return targetLabel(plan, index); };
   if (t.storage >= plan.storageSizes.size())
     invalid(concat(label(), ": storage index ", t.storage,
@@ -176,7 +179,6 @@ void checkTarget(Plan &plan, uint32_t index) {
                    ", shape ", t.shape, ", stride ", t.stride,
                    ") do not fit in storage ", t.storage, " of ",
                    plan.storageSizes[t.storage], " bytes"));
-  t.spanBytes = span;
 }
 
 void checkWrite(const Plan &plan, const Entry &e, uint32_t index) {
@@ -186,9 +188,9 @@ void checkWrite(const Plan &plan, const Entry &e, uint32_t index) {
     invalid(concat(label(), ": target index ", w.target,
                    " is out of range (the plan has ", plan.targets.size(),
                    " targets)"));
-  if (w.box >= e.numBoxes)
+  if (w.box >= e.boxes.size())
     invalid(concat(label(), ": box index ", w.box, " is out of range (",
-                   quote(e.name), " has ", e.numBoxes, " boxes)"));
+                   quote(e.name), " has ", e.boxes.size(), " boxes)"));
   if (w.convertTo && !loadplan_convert::isConvertible(e.dtype, w.convertTo))
     invalid(concat(label(), ": converts ", loadplan_dtype_name(e.dtype), " to ",
                    dtypeText(w.convertTo),
@@ -199,17 +201,14 @@ void checkWrite(const Plan &plan, const Entry &e, uint32_t index) {
     if (w.shape[k] < 0 || w.stride[k] < 0)
       invalid(concat(label(), ": negative size or stride in its region (shape ",
                      w.shape, ", stride ", w.stride, ")"));
+  const Box &box = e.boxes[w.box];
   int64_t regionElements;
-  if (!numElements(w.shape, regionElements) ||
-      regionElements != e.boxElements(w.box))
+  if (!numElements(w.shape, regionElements) || regionElements != box.volume())
     invalid(concat(label(), ": region shape ", w.shape, " does not hold the ",
-                   e.boxElements(w.box), " elements of box ",
-                   boxString(e, w.box)));
+                   box.volume(), " elements of box ", boxString(e, w.box)));
   if (regionElements == 0)
     return;
-  std::vector<int64_t> extents(e.rank());
-  for (uint32_t k = 0; k < e.rank(); ++k)
-    extents[k] = e.boxStop(w.box, k) - e.boxStart(w.box, k);
+  std::vector<int64_t> extents = box.extents();
   if (!isSplitOf(extents, w.shape))
     invalid(concat(label(), ": region shape ", w.shape,
                    " is not the box shape ", extents, " with dims split"));
@@ -367,16 +366,21 @@ void checkOverlaps(const Plan &plan) {
 /// Refuses an entry that lists one box twice: box updates name a box by its
 /// coordinates, so each must be unique.
 void checkDistinctBoxes(const Entry &e) {
-  std::vector<uint32_t> order(e.numBoxes);
+  std::vector<uint32_t> order(e.boxes.size());
   std::iota(order.begin(), order.end(), 0);
-  size_t width = 2 * size_t(e.rank());
-  auto key = [&](uint32_t b) { return e.boxes.begin() + b * width; };
+  // By (start, stop) of dim 0, then of dim 1, ...: the file's order.
   std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return std::lexicographical_compare(key(a), key(a) + width, key(b),
-                                        key(b) + width);
+    const Box &x = e.boxes[a], &y = e.boxes[b];
+    for (uint32_t k = 0; k < x.rank(); ++k) {
+      if (x.lo[k] != y.lo[k])
+        return x.lo[k] < y.lo[k];
+      if (x.hi[k] != y.hi[k])
+        return x.hi[k] < y.hi[k];
+    }
+    return false;
   });
   for (size_t i = 1; i < order.size(); ++i)
-    if (std::equal(key(order[i - 1]), key(order[i - 1]) + width, key(order[i])))
+    if (e.boxes[order[i - 1]] == e.boxes[order[i]])
       invalid(concat("entry ", quote(e.name), " lists box ",
                      boxString(e, order[i]), " twice (boxes ",
                      std::min(order[i - 1], order[i]), " and ",
@@ -392,10 +396,10 @@ void checkEntry(const Plan &plan, const Entry &e) {
   case LOADPLAN_KIND_DIRECT: {
     if (e.writes.empty())
       invalid(concat(label(), " is direct but has no writes"));
-    std::vector<bool> used(e.numBoxes, false);
+    std::vector<bool> used(e.boxes.size(), false);
     for (const Write &w : e.writes)
       used[w.box] = true;
-    for (uint32_t b = 0; b < e.numBoxes; ++b)
+    for (uint32_t b = 0; b < e.boxes.size(); ++b)
       if (!used[b])
         invalid(concat(label(), ": box ", b, " ", boxString(e, b),
                        " is written nowhere"));
@@ -412,14 +416,107 @@ void checkEntry(const Plan &plan, const Entry &e) {
   }
 }
 
-} // namespace
+/// Reads the payload into `plan` as PlanFields.h describes it, checking
+/// each part at the description's check points, before the reads that
+/// depend on it.
+class PlanReader : public loadplan_format::PlanReading<PlanReader, Reader> {
+public:
+  PlanReader(Plan &plan, const uint8_t *payload, size_t size)
+      : PlanReading(payload, size, LOADPLAN_PLAN_HEADER_SIZE), plan(plan) {}
 
-int64_t Entry::boxElements(uint32_t box) const {
-  int64_t n = 1;
-  for (uint32_t k = 0; k < rank(); ++k)
-    n *= boxStop(box, k) - boxStart(box, k);
-  return n;
-}
+  /// Boxes of the entries read so far.
+  uint64_t numBoxes = 0;
+
+  template <typename Items>
+  uint32_t count(const Items &, const Field &what, size_t leastBytes) {
+    return r.count(what, leastBytes);
+  }
+
+  void checkStorageSize(uint32_t i) {
+    uint64_t bytes = plan.storageSizes[i];
+    if (bytes > uint64_t(kInt64Max))
+      invalid(concat("storage ", i, " has ", bytes, " bytes, more than 2^63"));
+  }
+  void checkTargetRank(uint32_t i, uint32_t rank) {
+    if (rank > kMaxRank)
+      invalid(concat(targetLabel(plan, i), ": rank ", rank, " is more than ",
+                     kMaxRank));
+  }
+  void checkTarget(uint32_t i) { ::checkTarget(plan, i); }
+  void checkName(uint32_t i) {
+    if (plan.entries[i].name.find('\0') != std::string::npos)
+      invalid(concat(label(i), ": the name holds a NUL byte"));
+  }
+  void checkKind(uint32_t i) {
+    unsigned kind = plan.entries[i].kind;
+    if (kind >= LOADPLAN_KIND_COUNT_)
+      invalid(concat(label(i), ": unknown kind ", kind));
+  }
+  void checkDtype(uint32_t i) {
+    uint32_t dtype = plan.entries[i].dtype;
+    if (!loadplan_dtype_size(dtype))
+      invalid(concat(label(i), ": unknown dtype code ", dtype));
+  }
+  void checkRank(uint32_t i, uint32_t rank) {
+    if (rank > kMaxRank)
+      invalid(concat(label(i), ": rank ", rank, " is more than ", kMaxRank));
+  }
+  void checkShape(uint32_t i) {
+    const Entry &e = plan.entries[i];
+    int64_t elements, bytes;
+    if (!numElements(e.shape, elements) ||
+        __builtin_mul_overflow(elements, int64_t(loadplan_dtype_size(e.dtype)),
+                               &bytes))
+      invalid(concat(label(i), ": shape ", e.shape,
+                     " is negative or has more than 2^63 bytes"));
+  }
+  void checkHasReason(uint32_t i, uint8_t hasReason) {
+    if (hasReason > 1)
+      invalid(concat(label(i), ": has_reason is ", unsigned(hasReason),
+                     ", not 0 or 1"));
+  }
+  void checkNumBoxes(uint32_t i, uint32_t rank, uint32_t n) {
+    // A box takes 16 bytes per dim (count weighed them); a 0-d tensor has
+    // one box at most.
+    if (!rank && n > 1)
+      invalid(concat(label(i), ": a 0-d tensor cannot have ", n, " boxes"));
+  }
+  void checkBoxes(uint32_t i) {
+    const Entry &e = plan.entries[i];
+    for (uint32_t b = 0; b < e.boxes.size(); ++b) {
+      const Box &box = e.boxes[b];
+      for (uint32_t k = 0; k < box.rank(); ++k)
+        if (box.lo[k] < 0 || box.lo[k] > box.hi[k] || box.hi[k] > e.shape[k])
+          invalid(concat(label(i), ": box ", b, " dim ", k, " is [", box.lo[k],
+                         ", ", box.hi[k], "), not inside [0, ", e.shape[k],
+                         ")"));
+    }
+    plan.firstBox.push_back(static_cast<uint32_t>(numBoxes));
+    numBoxes += e.boxes.size();
+    if (numBoxes > std::numeric_limits<uint32_t>::max())
+      invalid("the plan has more than 2^32 boxes");
+  }
+  void checkRegionRank(uint32_t i, uint32_t write, uint32_t rank) {
+    if (rank > kMaxRank)
+      invalid(concat(label(i), " write ", write, ": region rank ", rank,
+                     " is more than ", kMaxRank));
+  }
+  void checkEntry(uint32_t i) {
+    const Entry &e = plan.entries[i];
+    plan.numWrites += e.writes.size();
+    ::checkEntry(plan, e);
+  }
+
+private:
+  Plan &plan;
+
+  /// Messages only: made when one is needed.
+  std::string label(uint32_t i) const {
+    return concat("entry ", i, " (", quote(plan.entries[i].name), ")");
+  }
+};
+
+} // namespace
 
 std::vector<int64_t> loadplan::contiguousStrides(const std::vector<int64_t> &shape) {
   std::vector<int64_t> strides(shape.size(), 1);
@@ -465,110 +562,12 @@ std::unique_ptr<Plan> loadplan::parsePlan(const uint8_t *data, size_t size) {
                    " but the payload hashes to ", hex64(actual),
                    " (the file is damaged)"));
 
-  Reader r(payload, available, LOADPLAN_PLAN_HEADER_SIZE);
-  uint32_t numStorages = r.count("storages", 8);
-  plan->storageSizes.resize(numStorages);
-  for (uint32_t i = 0; i < numStorages; ++i) {
-    uint64_t bytes = r.u64(Field("size of storage", i));
-    if (bytes > uint64_t(kInt64Max))
-      invalid(concat("storage ", i, " has ", bytes, " bytes, more than 2^63"));
-    plan->storageSizes[i] = bytes;
-  }
-
-  uint32_t numTargets = r.count("targets", 28);
-  plan->targets.resize(numTargets);
-  for (uint32_t i = 0; i < numTargets; ++i) {
-    Target &t = plan->targets[i];
-    Field what("target", i);
-    t.module = r.str(what("module"));
-    t.tensor = r.str(what("tensor"));
-    t.storage = r.u32(what("storage"));
-    t.byteOffset = r.u64(what("byte offset"));
-    t.dtype = r.u32(what("dtype"));
-    uint32_t rank = r.u32(what("rank"));
-    if (rank > kMaxRank)
-      invalid(concat(targetLabel(*plan, i), ": rank ", rank,
-                     " is more than ", kMaxRank));
-    t.shape = r.i64s(rank, what("shape"));
-    t.stride = r.i64s(rank, what("stride"));
-    checkTarget(*plan, i);
-  }
-
-  uint32_t numEntries = r.count("entries", 22);
-  plan->entries.resize(numEntries);
-  uint64_t numBoxes = 0;
-  for (uint32_t i = 0; i < numEntries; ++i) {
-    Entry &e = plan->entries[i];
-    Field what("entry", i);
-    e.name = r.str(what("name"));
-    // Messages only: made when one is needed.
-    auto label = [&] { return concat("entry ", i, " (", quote(e.name), ")"); };
-    if (e.name.find('\0') != std::string::npos)
-      invalid(concat(label(), ": the name holds a NUL byte"));
-    e.kind = r.u8(what("kind"));
-    if (e.kind > LOADPLAN_KIND_UNNEEDED)
-      invalid(concat(label(), ": unknown kind ", e.kind));
-    e.dtype = r.u32(what("dtype"));
-    if (!loadplan_dtype_size(e.dtype))
-      invalid(concat(label(), ": unknown dtype code ", e.dtype));
-    uint32_t rank = r.u32(what("rank"));
-    if (rank > kMaxRank)
-      invalid(concat(label(), ": rank ", rank, " is more than ", kMaxRank));
-    e.shape = r.i64s(rank, what("shape"));
-    int64_t elements, bytes;
-    if (!numElements(e.shape, elements) ||
-        __builtin_mul_overflow(elements, int64_t(loadplan_dtype_size(e.dtype)),
-                               &bytes))
-      invalid(concat(label(), ": shape ", e.shape,
-                     " is negative or has more than 2^63 bytes"));
-    e.numElements = elements;
-    uint8_t hasReason = r.u8(what("has_reason"));
-    if (hasReason > 1)
-      invalid(concat(label(), ": has_reason is ", unsigned(hasReason),
-                     ", not 0 or 1"));
-    e.hasReason = hasReason;
-    if (hasReason)
-      e.reason = r.str(what("reason"));
-    // A box takes 16 bytes per dim; a 0-d tensor has one box at most.
-    e.numBoxes = r.count(what("boxes"), rank ? 16 * size_t(rank) : 0);
-    if (!rank && e.numBoxes > 1)
-      invalid(concat(label(), ": a 0-d tensor cannot have ", e.numBoxes,
-                     " boxes"));
-    e.boxes = r.i64s(size_t(e.numBoxes) * 2 * rank, what("boxes"));
-    for (uint32_t b = 0; b < e.numBoxes; ++b)
-      for (uint32_t k = 0; k < rank; ++k)
-        if (e.boxStart(b, k) < 0 || e.boxStart(b, k) > e.boxStop(b, k) ||
-            e.boxStop(b, k) > e.shape[k])
-          invalid(concat(label(), ": box ", b, " dim ", k, " is [",
-                         e.boxStart(b, k), ", ", e.boxStop(b, k),
-                         "), not inside [0, ", e.shape[k], ")"));
-    e.firstBox = static_cast<uint32_t>(numBoxes);
-    numBoxes += e.numBoxes;
-    if (numBoxes > std::numeric_limits<uint32_t>::max())
-      invalid("the plan has more than 2^32 boxes");
-    uint32_t numWrites = r.count(what("writes"), 24);
-    e.writes.resize(numWrites);
-    for (uint32_t wi = 0; wi < numWrites; ++wi) {
-      Write &w = e.writes[wi];
-      Field wwhat = what("write", wi);
-      w.target = r.u32(wwhat("target"));
-      w.box = r.u32(wwhat("box"));
-      w.convertTo = r.u32(wwhat("convert_to"));
-      w.offset = r.i64(wwhat("region offset"));
-      uint32_t regionRank = r.u32(wwhat("region rank"));
-      if (regionRank > kMaxRank)
-        invalid(concat(label(), " write ", wi, ": region rank ", regionRank,
-                       " is more than ", kMaxRank));
-      w.shape = r.i64s(regionRank, wwhat("region shape"));
-      w.stride = r.i64s(regionRank, wwhat("region stride"));
-    }
-    plan->numWrites += numWrites;
-    checkEntry(*plan, e);
-  }
-  if (r.left())
-    invalid(concat(r.left(), " bytes after the last entry at byte ", r.offset(),
-                   " are not part of the format"));
-  plan->numBoxes = static_cast<uint32_t>(numBoxes);
+  PlanReader reader(*plan, payload, available);
+  loadplan_format::visitPlan(reader, *plan);
+  if (reader.r.left())
+    invalid(concat(reader.r.left(), " bytes after the last entry at byte ",
+                   reader.r.offset(), " are not part of the format"));
+  plan->numBoxes = static_cast<uint32_t>(reader.numBoxes);
 
   uint64_t fingerprint = loadplan_format::layoutFingerprint(plan->targets);
   if (fingerprint != plan->fingerprint)
@@ -578,6 +577,7 @@ std::unique_ptr<Plan> loadplan::parsePlan(const uint8_t *data, size_t size) {
 
   checkOverlaps(*plan);
 
+  uint32_t numEntries = static_cast<uint32_t>(plan->entries.size());
   plan->byName.reserve(numEntries);
   for (uint32_t i = 0; i < numEntries; ++i) {
     const Entry &e = plan->entries[i];
@@ -587,8 +587,8 @@ std::unique_ptr<Plan> loadplan::parsePlan(const uint8_t *data, size_t size) {
                      it->second, " and ", i, ")"));
     plan->byKind[e.kind].push_back(i);
     uint64_t bytes = 0;
-    for (uint32_t b = 0; b < e.numBoxes; ++b)
-      bytes += uint64_t(e.boxElements(b)) * loadplan_dtype_size(e.dtype);
+    for (const Box &b : e.boxes)
+      bytes += uint64_t(b.volume()) * loadplan_dtype_size(e.dtype);
     if (e.kind == LOADPLAN_KIND_DIRECT)
       plan->directBytes += bytes;
     else if (e.kind == LOADPLAN_KIND_FALLBACK)

@@ -1,9 +1,10 @@
 //===- Plan.h - A parsed, checked plan --------------------------*- C++ -*-===//
 //
-// The plan file (plan_format.h) as plain data: targets and writes as the
-// format library has them, entries with what the executors look up (flat
-// boxes, element counts, global box indices). parsePlan accepts only a plan
-// every later step can trust: all indices in range, every region inside its
+// A plan file (plan_format.h) as the format library has it, each name an
+// entry of its own, and what the runtime looks up in it: entries by name
+// and by kind, global box indices, totals. parsePlan reads the payload as
+// loadplan/format/PlanFields.h describes it and accepts only a plan every
+// later step can trust: all indices in range, every region inside its
 // storage and a reshape of its box, no two writes sharing a destination byte.
 //
 //===----------------------------------------------------------------------===//
@@ -27,58 +28,30 @@ namespace loadplan {
 /// Dims beyond this are refused; torch allows no more.
 constexpr uint32_t kMaxRank = 64;
 
-/// A target as the file has it, and what the reader derives of it.
-struct Target : loadplan_format::PlanTarget {
-  /// Bytes from its first element to past its last; 0 when it has none.
-  int64_t spanBytes = 0;
-};
-
+using Box = loadplan_format::Box;
+using Entry = loadplan_format::PlanEntry;
+using Target = loadplan_format::PlanTarget;
 using Write = loadplan_format::PlanWrite;
-
-struct Entry {
-  std::string name;
-  uint32_t kind = 0;
-  uint32_t dtype = 0;
-  std::vector<int64_t> shape;
-  int64_t numElements = 0;
-  bool hasReason = false;
-  std::string reason;
-  uint32_t numBoxes = 0;
-  /// numBoxes * rank (start, stop) pairs, as in the file.
-  std::vector<int64_t> boxes;
-  std::vector<Write> writes;
-  /// The index of box 0 among all boxes of the plan.
-  uint32_t firstBox = 0;
-
-  uint32_t rank() const { return static_cast<uint32_t>(shape.size()); }
-  int64_t boxStart(uint32_t box, uint32_t dim) const {
-    return boxes[2 * (size_t(box) * rank() + dim)];
-  }
-  int64_t boxStop(uint32_t box, uint32_t dim) const {
-    return boxes[2 * (size_t(box) * rank() + dim) + 1];
-  }
-  /// Elements of box `box` (checked against overflow at parse time).
-  int64_t boxElements(uint32_t box) const;
-};
 
 /// The dtype write `w` of `e` writes: `e`'s, or the one it converts to.
 inline uint32_t writtenDtype(const Entry &e, const Write &w) {
   return loadplan_format::writtenDtype(e.dtype, w);
 }
 
-struct Plan {
+/// What the file holds (no members: the file spells each name out) and
+/// what the runtime derives of it.
+struct Plan : loadplan_format::Plan {
   Plan() = default;
   Plan(const Plan &) = delete;
   Plan &operator=(const Plan &) = delete;
 
   uint64_t fingerprint = 0;
-  std::vector<uint64_t> storageSizes;
-  std::vector<Target> targets;
-  std::vector<Entry> entries;
+  /// Per entry: the index of its box 0 among all boxes of the plan.
+  std::vector<uint32_t> firstBox;
   /// Entry names (views into `entries`) to indices.
   std::unordered_map<std::string_view, uint32_t> byName;
   /// Entry indices per kind, in plan order.
-  std::vector<uint32_t> byKind[3];
+  std::vector<uint32_t> byKind[LOADPLAN_KIND_COUNT_];
   uint32_t numBoxes = 0;
   uint64_t numWrites = 0;
   uint64_t directBytes = 0;

@@ -1,21 +1,26 @@
 //===- runtime.cpp - The C API ----------------------------------*- C++ -*-===//
 //
 // Every entry point runs its body through guard(): whatever the C++ inside
-// throws comes out as a status. Plans are Plan.cpp's, bindings and updates
-// Binding.cpp's; here are only the shims.
+// throws comes out as a status. Plans are Plan.cpp's (their report and JSON
+// the format library's), bindings and updates Binding.cpp's; here are only
+// the shims.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Binding.h"
 #include "Plan.h"
 #include "Status.h"
+#include "loadplan/format/PlanJson.h"
+#include "loadplan/format/Report.h"
 #if LOADPLAN_HAVE_CUDA
 #include "cuda/CudaExecutor.h"
 #endif
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 using namespace loadplan;
 
@@ -24,6 +29,39 @@ namespace {
 const Plan &planOf(const loadplan_plan_t *plan) {
   require(plan && plan->plan, "plan is NULL");
   return *plan->plan;
+}
+
+/// Entry `index` of `plan`; INVALID_ARGUMENT when it has no such entry.
+const Entry &entryAt(const Plan &plan, uint32_t index) {
+  if (index >= plan.entries.size())
+    fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "entry index ", index,
+         " is out of range (the plan has ", plan.entries.size(), " entries)");
+  return plan.entries[index];
+}
+
+/// Item `index` of `e`'s `items` (its boxes or writes, `what` one and
+/// `plural` several of them); INVALID_ARGUMENT when there is no such item.
+template <typename Items>
+const typename Items::value_type &itemOf(const Entry &e, const Items &items,
+                                         uint32_t index, const char *what,
+                                         const char *plural) {
+  if (index >= items.size())
+    fail(LOADPLAN_STATUS_INVALID_ARGUMENT, what, " index ", index,
+         " is out of range (", quote(e.name), " has ", items.size(), " ",
+         plural, ")");
+  return items[index];
+}
+
+/// `text` in memory of its own, NUL-terminated, for loadplan_text_free.
+void giveText(const std::string &text, char **out_text, size_t *out_size) {
+  char *copy = static_cast<char *>(std::malloc(text.size() + 1));
+  if (!copy)
+    throw std::bad_alloc();
+  std::memcpy(copy, text.data(), text.size());
+  copy[text.size()] = '\0';
+  *out_text = copy;
+  if (out_size)
+    *out_size = text.size();
 }
 
 loadplan_plan_t *adopt(std::unique_ptr<Plan> plan) {
@@ -97,9 +135,11 @@ loadplan_status_t loadplan_plan_summary(const loadplan_plan_t *plan,
     out->num_storages = static_cast<uint32_t>(p.storageSizes.size());
     out->num_targets = static_cast<uint32_t>(p.targets.size());
     out->num_entries = static_cast<uint32_t>(p.entries.size());
-    out->num_direct = static_cast<uint32_t>(p.byKind[0].size());
-    out->num_fallback = static_cast<uint32_t>(p.byKind[1].size());
-    out->num_unneeded = static_cast<uint32_t>(p.byKind[2].size());
+    out->num_direct = static_cast<uint32_t>(p.byKind[LOADPLAN_KIND_DIRECT].size());
+    out->num_fallback =
+        static_cast<uint32_t>(p.byKind[LOADPLAN_KIND_FALLBACK].size());
+    out->num_unneeded =
+        static_cast<uint32_t>(p.byKind[LOADPLAN_KIND_UNNEEDED].size());
     out->num_writes = p.numWrites;
     out->direct_bytes = p.directBytes;
     out->fallback_bytes = p.fallbackBytes;
@@ -164,21 +204,31 @@ loadplan_status_t loadplan_plan_entry(const loadplan_plan_t *plan,
   return guard([&] {
     const Plan &p = planOf(plan);
     require(out, "out_info is NULL");
-    if (index >= p.entries.size())
-      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "entry index ", index,
-           " is out of range (the plan has ", p.entries.size(), " entries)");
-    const Entry &e = p.entries[index];
+    const Entry &e = entryAt(p, index);
     out->name = e.name.c_str();
     out->name_size = e.name.size();
     out->kind = e.kind;
     out->dtype = e.dtype;
     out->rank = e.rank();
     out->shape = e.shape.data();
-    out->reason = e.hasReason ? e.reason.c_str() : nullptr;
-    out->reason_size = e.hasReason ? e.reason.size() : 0;
-    out->num_boxes = e.numBoxes;
-    out->boxes = e.boxes.data();
+    out->reason = e.reason ? e.reason->c_str() : nullptr;
+    out->reason_size = e.reason ? e.reason->size() : 0;
+    out->num_boxes = static_cast<uint32_t>(e.boxes.size());
     out->num_writes = static_cast<uint32_t>(e.writes.size());
+  });
+}
+
+loadplan_status_t loadplan_plan_box(const loadplan_plan_t *plan,
+                                    uint32_t entry, uint32_t box,
+                                    loadplan_box_info_t *out) {
+  return guard([&] {
+    const Plan &p = planOf(plan);
+    require(out, "out_info is NULL");
+    const Entry &e = entryAt(p, entry);
+    const Box &b = itemOf(e, e.boxes, box, "box", "boxes");
+    out->rank = b.rank();
+    out->starts = b.lo.data();
+    out->stops = b.hi.data();
   });
 }
 
@@ -188,15 +238,8 @@ loadplan_status_t loadplan_plan_write(const loadplan_plan_t *plan,
   return guard([&] {
     const Plan &p = planOf(plan);
     require(out, "out_info is NULL");
-    if (entry >= p.entries.size())
-      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "entry index ", entry,
-           " is out of range (the plan has ", p.entries.size(), " entries)");
-    const Entry &e = p.entries[entry];
-    if (write >= e.writes.size())
-      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "write index ", write,
-           " is out of range (", quote(e.name), " has ", e.writes.size(),
-           " writes)");
-    const Write &w = e.writes[write];
+    const Entry &e = entryAt(p, entry);
+    const Write &w = itemOf(e, e.writes, write, "write", "writes");
     out->target = w.target;
     out->box = w.box;
     out->offset = w.offset;
@@ -214,12 +257,38 @@ loadplan_status_t loadplan_plan_entries_of_kind(const loadplan_plan_t *plan,
   return guard([&] {
     const Plan &p = planOf(plan);
     require(out_indices && out_count, "out_indices or out_count is NULL");
-    if (kind > LOADPLAN_KIND_UNNEEDED)
+    if (kind >= LOADPLAN_KIND_COUNT_)
       fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "unknown kind ", kind);
     *out_indices = p.byKind[kind].data();
     *out_count = p.byKind[kind].size();
   });
 }
+
+loadplan_status_t loadplan_plan_report(const loadplan_plan_t *plan,
+                                       const char *how, size_t how_size,
+                                       char **out_text, size_t *out_size) {
+  return guard([&] {
+    const Plan &p = planOf(plan);
+    require(out_text, "out_text is NULL");
+    *out_text = nullptr;
+    require(how || !how_size, "how is NULL");
+    giveText(loadplan_format::planReport(
+                 p, std::string_view(how ? how : "", how_size)),
+             out_text, out_size);
+  });
+}
+
+loadplan_status_t loadplan_plan_json(const loadplan_plan_t *plan,
+                                     char **out_text, size_t *out_size) {
+  return guard([&] {
+    const Plan &p = planOf(plan);
+    require(out_text, "out_text is NULL");
+    *out_text = nullptr;
+    giveText(loadplan_format::planJson(p), out_text, out_size);
+  });
+}
+
+void loadplan_text_free(char *text) { std::free(text); }
 
 //===----------------------------------------------------------------------===//
 // Binding

@@ -278,7 +278,7 @@ std::vector<PlanCase> planCases() {
        }),
        kInvalidPlan, "entry 5 ('scale'): a 0-d tensor cannot have 2 boxes"},
       {"BoxOutsideTheTensor",
-       planOf([](TestPlan &p) { p.entries[0].boxes[0].stops[0] = 17; }),
+       planOf([](TestPlan &p) { p.entries[0].boxes[0].hi[0] = 17; }),
        kInvalidPlan,
        "entry 0 ('q'): box 0 dim 0 is [8, 17), not inside [0, 16)"},
       {"BoxListedTwice", planOf([](TestPlan &p) {

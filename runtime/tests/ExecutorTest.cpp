@@ -174,11 +174,10 @@ const uint8_t *sourceOf(const Plan &plan, const Update &u, const Copy &c,
   for (const loadplan_box_t &b : u.boxArgs) {
     if (std::string(b.name, b.name_size) != e.name)
       continue;
-    uint32_t local = c.box - e.firstBox;
+    const Box &box = e.boxes[c.box - plan.firstBox[c.entry]];
     bool same = true;
     for (uint32_t k = 0; k < e.rank(); ++k)
-      same = same && b.starts[k] == e.boxStart(local, k) &&
-             b.stops[k] == e.boxStop(local, k);
+      same = same && b.starts[k] == box.lo[k] && b.stops[k] == box.hi[k];
     if (same)
       return static_cast<const uint8_t *>(b.data);
   }
@@ -237,8 +236,8 @@ void emulateDevice(const Plan &plan, Memory &memory, const Update &u,
     const uint8_t *src = sourceOf(plan, u, c, form);
     const Entry &e = plan.entries[c.entry];
     size_t bytes = form == SourceForm::Tensor
-                       ? size_t(e.numElements) * loadplan_dtype_size(e.dtype)
-                       : size_t(e.boxElements(c.box - e.firstBox)) *
+                       ? size_t(e.numElements()) * loadplan_dtype_size(e.dtype)
+                       : size_t(e.boxes[c.box - plan.firstBox[c.entry]].volume()) *
                              loadplan_dtype_size(e.dtype);
     shifted.emplace_back(bytes + misalign);
     std::memcpy(shifted.back().data() + misalign, src, bytes);

@@ -29,7 +29,7 @@ using loadplan_format::storeU32;
 
 /// The format library's structs, under the names the tests use.
 using TestTarget = loadplan_format::PlanTarget;
-using TestBox = loadplan_format::PlanBox;
+using TestBox = loadplan_format::Box;
 using TestWrite = loadplan_format::PlanWrite;
 using TestEntry = loadplan_format::PlanEntry;
 

@@ -277,7 +277,7 @@ TEST_F(ScheduleBuild, TpShardsToMoreReceiversAreSliced) {
       if (td.name == "qkv" || td.name == "o") {
         size_t dim = td.name == "o" ? 1 : 0;
         TestBox box{{0, 0}, td.shape};
-        std::tie(box.starts[dim], box.stops[dim]) = chunkOf(td.shape[dim], 2, s);
+        std::tie(box.lo[dim], box.hi[dim]) = chunkOf(td.shape[dim], 2, s);
         decl.senders[s].holdings.push_back({t, box});
       } else if (td.name.rfind("expert.", 0) == 0) {
         if (std::stoi(td.name.substr(7)) % 2 == s)

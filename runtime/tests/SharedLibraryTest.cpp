@@ -28,7 +28,9 @@ TEST(SharedLibrary, LoadsAndOpensAPlanByName) {
   for (const char *name :
        {"loadplan_bind", "loadplan_apply_tensors", "loadplan_apply_boxes",
         "loadplan_apply_entries",
-        "loadplan_plan_entry", "loadplan_cuda_device_count"})
+        "loadplan_plan_entry", "loadplan_plan_box", "loadplan_plan_report",
+        "loadplan_plan_json", "loadplan_text_free",
+        "loadplan_cuda_device_count"})
     EXPECT_NE(dlsym(library, name), nullptr) << name;
   // C++ internals stay hidden.
   EXPECT_EQ(dlsym(library, "_ZN8loadplan9parsePlanEPKhm"), nullptr);

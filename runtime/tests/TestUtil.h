@@ -108,7 +108,7 @@ inline std::vector<uint8_t> packBox(const TestEntry &e, const TestBox &box,
   for (int64_t i = 0; i < n; ++i) {
     int64_t rest = i, at = 0;
     for (size_t k = extents.size(); k-- > 0;) {
-      at += (rest % extents[k] + box.starts[k]) * strides[k];
+      at += (rest % extents[k] + box.lo[k]) * strides[k];
       rest /= extents[k];
     }
     std::memcpy(out.data() + i * item, tensor.data() + at * item, item);
@@ -143,8 +143,8 @@ inline Update makeUpdate(const TestPlan &plan, std::mt19937_64 &rng,
     for (const TestBox &b : e.boxes)
       u.boxArgs.push_back({e.name.data(), e.name.size(),
                            u.boxData[next++].data(), e.dtype,
-                           uint32_t(e.shape.size()), b.starts.data(),
-                           b.stops.data()});
+                           uint32_t(e.shape.size()), b.lo.data(),
+                           b.hi.data()});
   }
   return u;
 }
@@ -169,7 +169,7 @@ inline void applyReference(const TestPlan &plan, Memory &memory,
       for (int64_t i = 0; i < n; ++i) {
         int64_t rest = i, src = 0;
         for (size_t k = extents.size(); k-- > 0;) {
-          src += (rest % extents[k] + box.starts[k]) * strides[k];
+          src += (rest % extents[k] + box.lo[k]) * strides[k];
           rest /= extents[k];
         }
         rest = i;
@@ -361,12 +361,12 @@ private:
       TestBox box;
       for (int k = 0; k < rank; ++k) {
         int64_t start = pick(0, e.shape[k] - 1);
-        box.starts.push_back(start);
-        box.stops.push_back(pick(start + 1, e.shape[k]));
+        box.lo.push_back(start);
+        box.hi.push_back(pick(start + 1, e.shape[k]));
       }
       bool seen = false;
       for (const TestBox &other : e.boxes)
-        seen |= other.starts == box.starts && other.stops == box.stops;
+        seen |= other.lo == box.lo && other.hi == box.hi;
       if (seen)
         continue;
       e.boxes.push_back(box);

@@ -71,7 +71,7 @@ std::vector<uint8_t> pack(const TensorDecl &t, const TestBox &box,
   TestEntry e;
   e.dtype = t.dtype;
   e.shape = t.shape;
-  if (box.starts.empty())
+  if (box.lo.empty())
     return full;
   return packBox(e, box, full);
 }
@@ -130,7 +130,7 @@ struct Topology {
       if (td.name == "qkv" || td.name == "o") {
         size_t dim = td.name == "o" ? 1 : 0;
         TestBox box{{0, 0}, td.shape};
-        std::tie(box.starts[dim], box.stops[dim]) =
+        std::tie(box.lo[dim], box.hi[dim]) =
             chunkOf(td.shape[dim], senders, s);
         out.push_back({t, box});
       } else if (td.name.rfind("expert.", 0) == 0) {
@@ -206,7 +206,7 @@ struct RankRun {
       for (const HoldingDecl &h : x.holdings) {
         const TensorDecl &t = sc.decl.tensors[h.tensor];
         data.push_back(pack(t, h.box, fullTensor(t, seed, h.tensor)));
-        shapes.push_back(h.box.starts.empty() ? t.shape : h.box.extents());
+        shapes.push_back(h.box.lo.empty() ? t.shape : h.box.extents());
       }
       if (corrupt)
         shapes[0][0] += 1;

@@ -46,7 +46,7 @@ struct TensorDecl {
   }
 };
 
-/// A box a sender holds; empty starts/stops: the whole tensor.
+/// A box a sender holds; an empty one: the whole tensor.
 struct HoldingDecl {
   uint32_t tensor = 0;
   TestBox box;
@@ -82,8 +82,8 @@ struct ScheduleDecl {
     for (size_t i = 0; i < senders.size(); ++i) {
       for (const HoldingDecl &h : senders[i].holdings)
         holdings[i].push_back(
-            {h.tensor, h.box.starts.empty() ? nullptr : h.box.starts.data(),
-             h.box.stops.empty() ? nullptr : h.box.stops.data()});
+            {h.tensor, h.box.lo.empty() ? nullptr : h.box.lo.data(),
+             h.box.hi.empty() ? nullptr : h.box.hi.data()});
       ss.push_back({senders[i].rank, senders[i].cap, holdings[i].data(),
                     holdings[i].size()});
     }
@@ -227,8 +227,8 @@ inline std::vector<HoldingDecl> shardsOf(const std::vector<TensorDecl> &tensors,
     if (a == b)
       continue;
     TestBox box{std::vector<int64_t>(shape.size(), 0), shape};
-    box.starts[dim] = a;
-    box.stops[dim] = b;
+    box.lo[dim] = a;
+    box.hi[dim] = b;
     out.push_back({t, box});
   }
   return out;

@@ -2,7 +2,8 @@
 //
 // The plan read off a module the pipeline has compiled, as the plain data
 // of the runtime's format library (loadplan/format/PlanFile.h), and its
-// encodings: the binary plan file, which that library writes, and JSON.
+// binary plan file and report, which that library writes (as it writes the
+// plan's JSON, loadplan/format/PlanJson.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,7 +25,7 @@ namespace loadplan {
 
 /// The plan as plain data: the format library's, whose encoder writes it.
 using Plan = ::loadplan_format::Plan;
-using PlanBox = ::loadplan_format::PlanBox;
+using PlanBox = ::loadplan_format::Box;
 using PlanEntry = ::loadplan_format::PlanEntry;
 using PlanMember = ::loadplan_format::PlanMember;
 using PlanTarget = ::loadplan_format::PlanTarget;
@@ -45,16 +46,12 @@ private:
   /// By code (the table's codes are small and dense).
   SmallVector<Type> types;
 };
-/// The name of a kind: direct, fallback or unneeded.
-StringRef getKindName(loadplan_entry_kind_t kind);
 
 /// Reads the plan off a module the pipeline compiled; emits an error and
 /// fails on what no plan can hold (an unknown dtype, a stray copy).
 FailureOr<Plan> buildPlan(ModuleOp module);
 /// The plan file's bytes (the format library's encodePlan).
 std::string serializePlan(const Plan &plan);
-/// The plan as JSON (see --loadplan-emit-plan-json).
-void printPlanJson(const Plan &plan, raw_ostream &os);
 /// The report: counts and MiB per kind, fallbacks grouped by reason.
 void printPlanReport(const Plan &plan, raw_ostream &os, double seconds);
 

@@ -62,12 +62,45 @@ extern "C" {
 #define LOADPLAN_PLAN_VERSION 3u
 #define LOADPLAN_PLAN_HEADER_SIZE 40u
 
-/* Kinds of a checkpoint name. */
+/* The kinds of a checkpoint name: the one table of them. Each row is
+ *   X(ENUM, code, name)
+ * and the enum, loadplan_kind_name and the names the compiler's JSON, the
+ * reports and Python (through the native module) use are generated from
+ * it. Codes are stable: they are stored in plan files.
+ *   DIRECT:   its boxes are copied into live memory
+ *   FALLBACK: sent in full through load_weights
+ *   UNNEEDED: this rank needs none of it */
+#define LOADPLAN_KINDS(X)                                                     \
+  X(DIRECT, 0, "direct")                                                      \
+  X(FALLBACK, 1, "fallback")                                                  \
+  X(UNNEEDED, 2, "unneeded")
+
 typedef enum loadplan_entry_kind_t {
-  LOADPLAN_KIND_DIRECT = 0,   /* its boxes are copied into live memory */
-  LOADPLAN_KIND_FALLBACK = 1, /* sent in full through load_weights */
-  LOADPLAN_KIND_UNNEEDED = 2, /* this rank needs none of it */
+#define LOADPLAN_KIND_ENUM_(e, code, name) LOADPLAN_KIND_##e = code,
+  LOADPLAN_KINDS(LOADPLAN_KIND_ENUM_)
+#undef LOADPLAN_KIND_ENUM_
 } loadplan_entry_kind_t;
+
+/* The number of kinds; their codes are 0 to LOADPLAN_KIND_COUNT_ - 1. */
+enum {
+#define LOADPLAN_KIND_ONE_(e, code, name) +1
+  LOADPLAN_KIND_COUNT_ = 0 LOADPLAN_KINDS(LOADPLAN_KIND_ONE_)
+#undef LOADPLAN_KIND_ONE_
+};
+
+/* The name of a kind ("direct", "fallback", "unneeded"); "invalid" for an
+ * unknown code. */
+static inline const char *loadplan_kind_name(uint32_t kind) {
+  switch (kind) {
+#define LOADPLAN_KIND_NAME_(e, code, name)                                     \
+  case code:                                                                   \
+    return name;
+    LOADPLAN_KINDS(LOADPLAN_KIND_NAME_)
+#undef LOADPLAN_KIND_NAME_
+  default:
+    return "invalid";
+  }
+}
 
 /* The element types: the one table of them. Each row is
  *   X(ENUM, code, torch name, bytes per element, MLIR element type)

@@ -148,11 +148,9 @@ typedef struct loadplan_entry_info_t {
   const int64_t *shape;
   const char *reason; /* NULL unless the plan records one (fallbacks) */
   size_t reason_size;
-  /* The boxes this rank needs: box b, dim k is [boxes[2*(b*rank+k)],
-   * boxes[2*(b*rank+k)+1]). The whole tensor for a fallback, none when
-   * unneeded. */
+  /* The boxes this rank needs (loadplan_plan_box gives each): the whole
+   * tensor for a fallback, none when unneeded. */
   uint32_t num_boxes;
-  const int64_t *boxes;
   uint32_t num_writes;
 } loadplan_entry_info_t;
 
@@ -165,6 +163,18 @@ LOADPLAN_API loadplan_status_t loadplan_plan_find_entry(const loadplan_plan_t *p
 LOADPLAN_API loadplan_status_t loadplan_plan_entry(const loadplan_plan_t *plan,
                                                    uint32_t index,
                                                    loadplan_entry_info_t *out_info);
+
+/* Box `box` of an entry: dim k < rank (the entry's) is [starts[k],
+ * stops[k]) of the checkpoint tensor. */
+typedef struct loadplan_box_info_t {
+  uint32_t rank;
+  const int64_t *starts;
+  const int64_t *stops;
+} loadplan_box_info_t;
+
+LOADPLAN_API loadplan_status_t loadplan_plan_box(const loadplan_plan_t *plan,
+                                                 uint32_t entry, uint32_t box,
+                                                 loadplan_box_info_t *out_info);
 
 /* One write of an entry: box `box` of the checkpoint tensor goes to the
  * strided region (offset, shape, stride; in elements of the dtype written,
@@ -191,6 +201,24 @@ LOADPLAN_API loadplan_status_t loadplan_plan_write(const loadplan_plan_t *plan,
 LOADPLAN_API loadplan_status_t
 loadplan_plan_entries_of_kind(const loadplan_plan_t *plan, uint32_t kind,
                               const uint32_t **out_indices, size_t *out_count);
+
+/* The plan's report, the lines the compiler prints after compiling it (a
+ * line per fallback reason with up to three of its names, then counts and
+ * MiB per kind), the last one ending with `how` (not NUL-terminated; "loaded
+ * from plan.bin", say). NUL-terminated text (out_size, when not NULL, gets
+ * its length without the NUL) that the caller frees with loadplan_text_free. */
+LOADPLAN_API loadplan_status_t loadplan_plan_report(const loadplan_plan_t *plan,
+                                                    const char *how,
+                                                    size_t how_size,
+                                                    char **out_text,
+                                                    size_t *out_size);
+/* The plan as JSON, as loadplan-opt --loadplan-emit-plan-json writes it;
+ * text as loadplan_plan_report gives it. */
+LOADPLAN_API loadplan_status_t loadplan_plan_json(const loadplan_plan_t *plan,
+                                                  char **out_text,
+                                                  size_t *out_size);
+/* Frees text the runtime gave; NULL is fine. */
+LOADPLAN_API void loadplan_text_free(char *text);
 
 /*===----------------------------------------------------------------------===*
  * Binding a plan to live tensors

@@ -1,24 +1,29 @@
 //===- PlanFile.cpp - Encode a plan file ------------------------*- C++ -*-===//
+//
+// The encoder: the payload as PlanFields.h describes it, counted, then
+// written into a buffer of its size.
+//
+//===----------------------------------------------------------------------===//
 
 #include "loadplan/format/PlanFile.h"
 #include "loadplan/format/ByteIO.h"
+#include "loadplan/format/PlanFields.h"
 
 #include <cstring>
 
 using namespace loadplan_format;
 
 namespace {
-/// Counts the bytes a ByteWriter would append, so that a file is allocated
+/// Counts the bytes a plan's payload takes, so that a file is allocated
 /// once at its size: a plan runs to tens of MB, and growing a string that
 /// large copies and faults in each larger buffer in turn.
 struct ByteCounter {
-  size_t size = 0;
-  void u8(uint8_t) { size += 1; }
-  void u32(uint32_t) { size += 4; }
-  void u64(uint64_t) { size += 8; }
-  void i64(int64_t) { size += 8; }
-  void str(std::string_view s) { size += 4 + s.size(); }
-  void i64s(const std::vector<int64_t> &values) { size += 8 * values.size(); }
+  size_t bytes = 0;
+  void u8(uint8_t) { bytes += 1; }
+  void u32(uint32_t) { bytes += 4; }
+  void u64(uint64_t) { bytes += 8; }
+  void str(std::string_view s) { bytes += 4 + s.size(); }
+  void i64s(const std::vector<int64_t> &values) { bytes += 8 * values.size(); }
 };
 
 /// Writes into a buffer that a ByteCounter sized: a store per field, where
@@ -35,7 +40,6 @@ struct BufferWriter {
     storeU64(at, v);
     at += 8;
   }
-  void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
   void str(std::string_view s) {
     u32(static_cast<uint32_t>(s.size()));
     std::memcpy(at, s.data(), s.size());
@@ -43,71 +47,62 @@ struct BufferWriter {
   }
   void i64s(const std::vector<int64_t> &values) {
     for (int64_t v : values)
-      i64(v);
+      u64(static_cast<uint64_t>(v));
+  }
+};
+
+/// The fields of a plan as visitPlan gives them (PlanFields.h), into `out`
+/// (a ByteCounter or a BufferWriter): counts and ranks as the sizes of what
+/// follows, the entries through forEachName, no checks.
+template <typename Out> struct PlanWriter : PlanChecks {
+  Out out;
+
+  explicit PlanWriter(Out out) : out(out) {}
+  void u8(uint8_t v, const Field &) { out.u8(v); }
+  void u32(uint32_t v, const Field &) { out.u32(v); }
+  void u64(uint64_t v, const Field &) { out.u64(v); }
+  void i64(int64_t v, const Field &) { out.u64(static_cast<uint64_t>(v)); }
+  void str(std::string_view s, const Field &) { out.str(s); }
+  template <typename Items>
+  uint32_t count(const Items &items, const Field &, size_t) {
+    out.u32(static_cast<uint32_t>(items.size()));
+    return static_cast<uint32_t>(items.size());
+  }
+  template <typename Values>
+  uint32_t size(const Values &values, const Field &what) {
+    return count(values, what, 0);
+  }
+  uint8_t flag(const std::optional<std::string> &text, const Field &) {
+    out.u8(text.has_value());
+    return text.has_value();
+  }
+  /// All of `values`, whatever `n`: tests write malformed plans.
+  void i64s(const std::vector<int64_t> &values, uint32_t, const Field &) {
+    out.i64s(values);
+  }
+  template <typename Items> void resize(const Items &, size_t) {}
+  template <typename Fn> void names(const Plan &plan, Fn &&fn) {
+    out.u32(static_cast<uint32_t>(plan.numNames()));
+    uint32_t index = 0;
+    forEachName(plan, [&](const PlanEntry &e, std::string_view name,
+                          int64_t shift) { fn(e, name, shift, index++); });
   }
 };
 } // namespace
 
-/// Appends the payload of `plan`, field by field as plan_format.h lays it
-/// out (or counts its bytes, with a ByteCounter).
-template <typename Writer>
-static void writePayload(const Plan &plan, Writer &p) {
-  p.u32(static_cast<uint32_t>(plan.storageSizes.size()));
-  for (uint64_t size : plan.storageSizes)
-    p.u64(size);
-  p.u32(static_cast<uint32_t>(plan.targets.size()));
-  for (const PlanTarget &t : plan.targets) {
-    p.str(t.module);
-    p.str(t.tensor);
-    p.u32(t.storage);
-    p.u64(t.byteOffset);
-    p.u32(t.dtype);
-    p.u32(static_cast<uint32_t>(t.shape.size()));
-    p.i64s(t.shape);
-    p.i64s(t.stride);
-  }
-  p.u32(static_cast<uint32_t>(plan.numNames()));
-  forEachName(plan, [&](const PlanEntry &e, std::string_view name,
-                        int64_t shift) {
-    p.str(name);
-    p.u8(e.kind);
-    p.u32(e.dtype);
-    p.u32(static_cast<uint32_t>(e.shape.size()));
-    p.i64s(e.shape);
-    p.u8(e.reason.has_value());
-    if (e.reason)
-      p.str(*e.reason);
-    p.u32(static_cast<uint32_t>(e.boxes.size()));
-    for (const PlanBox &b : e.boxes)
-      for (size_t k = 0; k < b.starts.size(); ++k) {
-        p.i64(b.starts[k]);
-        p.i64(b.stops[k]);
-      }
-    p.u32(static_cast<uint32_t>(e.writes.size()));
-    for (const PlanWrite &w : e.writes) {
-      p.u32(w.target);
-      p.u32(w.box);
-      p.u32(w.convertTo);
-      p.i64(movedOffset(e.dtype, w, shift));
-      p.u32(static_cast<uint32_t>(w.shape.size()));
-      p.i64s(w.shape);
-      p.i64s(w.stride);
-    }
-  });
-}
-
 /// The payload's size in bytes.
 static size_t payloadSize(const Plan &plan) {
-  ByteCounter counter;
-  writePayload(plan, counter);
-  return counter.size;
+  PlanWriter<ByteCounter> counter{ByteCounter()};
+  visitPlan(counter, plan);
+  return counter.out.bytes;
 }
 
 /// `plan`'s payload at `offset` of a string sized for it.
 static std::string payloadAt(const Plan &plan, size_t offset) {
   std::string bytes(offset + payloadSize(plan), '\0');
-  BufferWriter writer{reinterpret_cast<uint8_t *>(bytes.data()) + offset};
-  writePayload(plan, writer);
+  PlanWriter<BufferWriter> writer{
+      BufferWriter{reinterpret_cast<uint8_t *>(bytes.data()) + offset}};
+  visitPlan(writer, plan);
   return bytes;
 }
 

@@ -18,12 +18,8 @@ int64_t loadplan_format::addSaturated(int64_t a, int64_t b) {
 
 int64_t loadplan_format::neededBytes(const PlanEntry &entry) {
   int64_t elements = 0;
-  for (const PlanBox &b : entry.boxes) {
-    int64_t n = 1; // fits: a box lies in its checkpoint tensor
-    for (size_t k = 0; k < b.starts.size() && k < b.stops.size(); ++k)
-      n *= b.stops[k] - b.starts[k];
-    elements = addSaturated(elements, n);
-  }
+  for (const Box &b : entry.boxes) // fits: a box lies in its tensor
+    elements = addSaturated(elements, b.volume());
   int64_t bytes;
   if (__builtin_mul_overflow(elements,
                              static_cast<int64_t>(loadplan_dtype_size(entry.dtype)),
@@ -39,12 +35,12 @@ static std::string mib(int64_t bytes) {
 }
 
 std::string loadplan_format::planReport(const Plan &plan, std::string_view how) {
-  int64_t counts[3] = {0, 0, 0}, bytes[3] = {0, 0, 0};
+  int64_t counts[LOADPLAN_KIND_COUNT_] = {}, bytes[LOADPLAN_KIND_COUNT_] = {};
   // Reasons in the order they first appear, each with its names.
   std::vector<std::pair<std::string_view, std::vector<std::string_view>>> byReason;
   std::unordered_map<std::string_view, size_t> reasonIndex;
   forEachName(plan, [&](const PlanEntry &e, std::string_view name, int64_t) {
-    if (e.kind <= LOADPLAN_KIND_UNNEEDED) {
+    if (e.kind < LOADPLAN_KIND_COUNT_) {
       counts[e.kind] += 1;
       bytes[e.kind] = addSaturated(bytes[e.kind], neededBytes(e));
     }

@@ -39,25 +39,19 @@ uint32_t addEntry(Plan &plan, const Tensor &t, const std::vector<int64_t> &shape
   e.kind = LOADPLAN_KIND_DIRECT;
   e.dtype = t.dtype;
   e.shape = shape;
-  e.numElements = 1;
-  for (int64_t n : shape)
-    e.numElements *= n;
-  e.firstBox = plan.numBoxes;
+  plan.firstBox.push_back(plan.numBoxes);
   for (const Part &p : parts) {
-    for (uint32_t k = 0; k < p.box.rank(); ++k) {
-      e.boxes.push_back(p.box.lo[k]);
-      e.boxes.push_back(p.box.hi[k]);
-    }
     Write w;
     w.target = p.target;
-    w.box = e.numBoxes++;
+    w.box = static_cast<uint32_t>(e.boxes.size());
+    e.boxes.push_back(p.box);
     w.offset = p.region.offset;
     w.shape = p.region.shape;
     w.stride = p.region.stride;
     w.convertTo = p.convertTo;
     e.writes.push_back(std::move(w));
   }
-  plan.numBoxes += e.numBoxes;
+  plan.numBoxes += static_cast<uint32_t>(e.boxes.size());
   plan.numWrites += e.writes.size();
   plan.entries.push_back(std::move(e));
   return static_cast<uint32_t>(plan.entries.size() - 1);
@@ -213,7 +207,6 @@ void Engine::setUpSender(uint32_t threads) {
   staging.dtype = LOADPLAN_DTYPE_UINT8;
   staging.shape = {int64_t(bytes)};
   staging.stride = {1};
-  staging.spanBytes = int64_t(bytes);
   plan.targets.push_back(staging);
   sends->entryOfPiece.assign(schedule.pieces.size(), -1);
   std::vector<Part> parts(1);
@@ -304,7 +297,7 @@ void Engine::setUpReceiver(const loadplan_receiver_args_t &args) {
       fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "fallback buffer ", i, " (",
            quote(name), ") is not for a fallback name of the plan");
     const Entry &e = plan.entries[it->second];
-    uint64_t bytes = uint64_t(e.numElements) * loadplan_dtype_size(e.dtype);
+    uint64_t bytes = uint64_t(e.numElements()) * loadplan_dtype_size(e.dtype);
     uint32_t k = landing.fallbackTarget(it->second) - landing.numPlanTargets();
     if (fallbackData[k])
       fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "fallback buffer ", i, " (",
@@ -324,14 +317,13 @@ void Engine::setUpReceiver(const loadplan_receiver_args_t &args) {
     if (needed[fallbacks[k]] && !fallbackData[k])
       fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "no fallback buffer for ",
            quote(e.name), ", which this rank receives whole for its loader");
-    uint64_t bytes = uint64_t(e.numElements) * loadplan_dtype_size(e.dtype);
+    uint64_t bytes = uint64_t(e.numElements()) * loadplan_dtype_size(e.dtype);
     Target t;
     t.tensor = e.name;
     t.storage = uint32_t(scatter.storageSizes.size());
     t.dtype = e.dtype;
     t.shape = e.shape;
     t.stride = contiguousStrides(e.shape);
-    t.spanBytes = int64_t(bytes);
     scatter.storageSizes.push_back(bytes);
     scatter.targets.push_back(std::move(t));
     bases.push_back(fallbackData[k]);

@@ -7,20 +7,6 @@
 
 using namespace loadplan::transfer;
 
-std::vector<int64_t> Box::extents() const {
-  std::vector<int64_t> out(lo.size());
-  for (size_t k = 0; k < lo.size(); ++k)
-    out[k] = hi[k] - lo[k];
-  return out;
-}
-
-int64_t Box::volume() const {
-  int64_t n = 1;
-  for (size_t k = 0; k < lo.size(); ++k)
-    n *= std::max<int64_t>(hi[k] - lo[k], 0);
-  return n;
-}
-
 Box loadplan::transfer::wholeBox(const std::vector<int64_t> &shape) {
   return Box{std::vector<int64_t>(shape.size(), 0), shape};
 }

@@ -11,26 +11,16 @@
 #ifndef LOADPLAN_RUNTIME_TRANSFER_GEOMETRY_H
 #define LOADPLAN_RUNTIME_TRANSFER_GEOMETRY_H
 
+#include "loadplan/format/Box.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace loadplan::transfer {
 
-/// [lo[k], hi[k]) per dim of a checkpoint tensor.
-struct Box {
-  std::vector<int64_t> lo, hi;
-
-  uint32_t rank() const { return static_cast<uint32_t>(lo.size()); }
-  int64_t extent(uint32_t k) const { return hi[k] - lo[k]; }
-  std::vector<int64_t> extents() const;
-  /// Elements; 0 when some dim is empty.
-  int64_t volume() const;
-  bool operator==(const Box &other) const {
-    return lo == other.lo && hi == other.hi;
-  }
-  bool operator!=(const Box &other) const { return !(*this == other); }
-};
+/// [lo[k], hi[k]) per dim of a checkpoint tensor: the plan's box type.
+using Box = loadplan_format::Box;
 
 /// The box [0, shape[k]) per dim.
 Box wholeBox(const std::vector<int64_t> &shape);

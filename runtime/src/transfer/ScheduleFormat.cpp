@@ -74,8 +74,12 @@ uint64_t loadplan::transfer::planDigest(const Plan &plan) {
     h.u64(e.dtype);
     h.u64(e.rank());
     h.i64s(e.shape);
-    h.u64(e.numBoxes);
-    h.i64s(e.boxes);
+    h.u64(e.boxes.size());
+    for (const Box &b : e.boxes)
+      for (uint32_t k = 0; k < b.rank(); ++k) {
+        h.u64(uint64_t(b.lo[k]));
+        h.u64(uint64_t(b.hi[k]));
+      }
     h.u64(e.writes.size());
     for (const Write &w : e.writes) {
       h.u64(w.target);

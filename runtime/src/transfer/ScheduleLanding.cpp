@@ -34,15 +34,8 @@ Landing::Landing(const Plan &plan, const std::vector<Tensor> &tensors)
   for (uint32_t ei = 0; ei < plan.entries.size(); ++ei) {
     const Entry &e = plan.entries[ei];
     wholeRegion[ei] = Region{0, e.shape, contiguousStrides(e.shape)};
-    boxes[ei].resize(e.numBoxes);
-    writes[ei].resize(e.numBoxes);
-    for (uint32_t b = 0; b < e.numBoxes; ++b) {
-      Box &box = boxes[ei][b];
-      for (uint32_t k = 0; k < e.rank(); ++k) {
-        box.lo.push_back(e.boxStart(b, k));
-        box.hi.push_back(e.boxStop(b, k));
-      }
-    }
+    boxes[ei] = e.boxes;
+    writes[ei].resize(e.boxes.size());
     for (const Write &w : e.writes)
       writes[ei][w.box].push_back(
           {Region{w.offset, w.shape, w.stride}, w.target, w.convertTo});
@@ -84,7 +77,7 @@ std::vector<Need> Landing::needs(uint32_t engine, const std::string &who) const 
       out.push_back({t, LOADPLAN_NEED_FALLBACK, 0, whole});
       continue;
     }
-    for (uint32_t b = 0; b < e->numBoxes; ++b)
+    for (uint32_t b = 0; b < e->boxes.size(); ++b)
       if (boxes[ei][b].volume() > 0)
         out.push_back({t, LOADPLAN_NEED_BOX, b, boxes[ei][b]});
   }
@@ -103,7 +96,7 @@ void Landing::destinations(const Need &need,
   }
   if (e.kind != LOADPLAN_KIND_DIRECT)
     return;
-  for (uint32_t b = 0; b < e.numBoxes; ++b) {
+  for (uint32_t b = 0; b < e.boxes.size(); ++b) {
     if (need.kind == LOADPLAN_NEED_BOX && b != need.box)
       continue;
     for (const BoxWrite &w : writes[ei][b])

@@ -261,7 +261,8 @@ public:
   void str(std::string_view s) {
     value = loadplan_fnv1a64_str(value, s.data(), s.size());
   }
-  void i64s(const std::vector<int64_t> &values) {
+  /// Each of `values` (a vector, a box's Dims) as a u64.
+  template <typename Ints> void i64s(const Ints &values) {
     for (int64_t v : values)
       u64(static_cast<uint64_t>(v));
   }

@@ -3,14 +3,17 @@
 // What a plan file (plan_format.h) holds, as plain data, and the one encoder
 // of it: the compiler reads a plan off a compiled module into these structs
 // and writes it; the runtime's tests and benchmarks write theirs, malformed
-// ones included, through the same code. Nothing here checks a plan: the
-// runtime's reader does, when it opens one.
+// ones included, through the same code; the runtime reads a plan file back
+// into them (and its report and JSON print from them). Nothing here checks
+// a plan: the runtime's reader does, when it opens one. The encoder and the
+// reader follow one description of the payload, PlanFields.h.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef LOADPLAN_FORMAT_PLANFILE_H
 #define LOADPLAN_FORMAT_PLANFILE_H
 
+#include "loadplan/format/Box.h"
 #include "loadplan/plan_format.h"
 
 #include <cstdint>
@@ -28,22 +31,6 @@ struct PlanTarget {
   uint64_t byteOffset = 0;
   uint32_t dtype = LOADPLAN_DTYPE_INVALID;
   std::vector<int64_t> shape, stride;
-};
-
-/// One [start, stop) per dim of a checkpoint tensor.
-struct PlanBox {
-  std::vector<int64_t> starts, stops;
-
-  std::vector<int64_t> extents() const {
-    std::vector<int64_t> out(starts.size());
-    for (size_t k = 0; k < starts.size(); ++k)
-      out[k] = stops[k] - starts[k];
-    return out;
-  }
-  bool operator==(const PlanBox &o) const {
-    return starts == o.starts && stops == o.stops;
-  }
-  bool operator!=(const PlanBox &o) const { return !(*this == o); }
 };
 
 /// Where a box goes: a region of a target, in elements of the dtype written
@@ -73,8 +60,17 @@ struct PlanEntry {
   std::optional<std::string> reason;
   /// Parts this rank needs: the distinct boxes of the writes for a direct
   /// name, the whole tensor for a fallback, none when unneeded.
-  std::vector<PlanBox> boxes;
+  std::vector<Box> boxes;
   std::vector<PlanWrite> writes;
+
+  uint32_t rank() const { return static_cast<uint32_t>(shape.size()); }
+  /// Elements of the tensor (a checked plan's fit in int64_t).
+  int64_t numElements() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
 };
 
 /// A name whose entry is another's but for its name and where its writes
