@@ -28,8 +28,16 @@ std::string loadplan_python::planJson(const loadplan_format::Plan &) {
 }
 
 loadplan_python::CompileResult
-loadplan_python::compileRecords(const CapturedRecords &, const std::string &,
-                                bool, bool) {
+loadplan_python::compileRecords(const mlir::loadplan::RecordedModule &,
+                                const std::string &, bool, bool) {
+  CompileResult result;
+  result.errors.push_back(kMissing);
+  return result;
+}
+
+loadplan_python::CompileResult
+loadplan_python::printRecords(const mlir::loadplan::RecordedModule &,
+                              const std::string &) {
   CompileResult result;
   result.errors.push_back(kMissing);
   return result;

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 import torch
 import torch.utils._pytree as pytree
 
-from .. import _ir
+from .. import _ir, _native
 from torch.utils._python_dispatch import _disable_current_modes as no_dispatch
 
 from .ops import (
@@ -47,8 +47,9 @@ class TargetRead:
 
 class Record:
     """One checkpoint name's block: the ops its traces went through, each a
-    record (an int tuple, see ``_ir.record_line``) or a line of IR text.
-    ``text`` says whether any is text."""
+    record (an int tuple, include/loadplan/Records/RecordOps.h) or a line of
+    IR text (a ``TargetRead`` until the capture ends). ``text`` says whether
+    any is text."""
 
     __slots__ = ("name", "shape", "dtype", "lines", "text", "_next", "checkpoint")
 
@@ -587,42 +588,17 @@ class Sink:
 
     # -- the IR --------------------------------------------------------------
 
-    def _block(self, name: str, record: Record | None, meta: Any) -> list[str]:
-        lines = [
-            f"  loadplan.checkpoint {_ir.string(name)} "
-            f": {_ir.tensor_type(tuple(meta.shape), meta.dtype)} (%w) {{"
-        ]
-        for line in record.lines if record is not None else ():
-            if isinstance(line, tuple):
-                line = _ir.record_line(line, self.types)
-            elif isinstance(line, TargetRead):
-                if line.storage not in self.written:
-                    continue
-                line = line.line
-            lines.append(f"    {line}")
-        lines.append("  }")
-        return lines
-
-    def _module(self, title: str, blocks: list[list[str]]) -> str:
-        """A module of the storages, the targets and ``blocks``."""
-        lines = [f"// {title}", "module {"]
-        lines += [f"  {line}" for line in self.targets.ir()]
-        for block in blocks:
-            lines += block
-        lines.append("}")
-        return "\n".join(lines) + "\n"
-
-    def ir(self, title: str) -> str:
-        """The whole capture as IR text."""
-        return self._module(title, [self._block(name, self.records.get(name), meta)
-                                    for name, meta in self.metas.items()])
+    def _items(self, record: Record) -> list[tuple[int, ...] | str]:
+        """A block with text, as compile_records takes it: its records and
+        lines, with the reads of targets no name writes left out."""
+        return [line.line if isinstance(line, TargetRead) else line
+                for line in record.lines
+                if not isinstance(line, TargetRead) or line.storage in self.written]
 
     def records_for_compiler(self, title: str) -> tuple[str, list, list]:
-        """What ``_native.compile_records`` takes: the text of the storages,
-        the targets and every checkpoint with a text line; the type table;
-        and per name in arrival order ``(name, type, records)``, or None for
-        the next checkpoint of the text."""
-        blocks: list[list[str]] = []
+        """What ``_native.compile_records`` takes: the text of the storages
+        and the targets; the type table; and per name in arrival order
+        ``(name, type, ops)``, its records and lines of text."""
         records = self.records
         # Nearly every name is a record's own tuple; the rest are looked at
         # again below.
@@ -633,10 +609,18 @@ class Sink:
         names = list(self.metas)
         for index in [i for i, c in enumerate(checkpoints) if c is None]:
             name = names[index]
-            meta = self.metas[name]
             record = records.get(name)
             if record is None:  # its loader never saw it
+                meta = self.metas[name]
                 checkpoints[index] = (name, self.type_id(tuple(meta.shape), meta.dtype), ())
             else:
-                blocks.append(self._block(name, record, meta))
-        return self._module(title, blocks), self.types, checkpoints
+                checkpoints[index] = (name, record.checkpoint[1], self._items(record))
+        lines = [f"// {title}", "module {"]
+        lines += [f"  {line}" for line in self.targets.ir()]
+        lines.append("}")
+        return "\n".join(lines) + "\n", self.types, checkpoints
+
+    def ir(self, title: str) -> str:
+        """The whole capture as IR text: the module its records build, as
+        MLIR prints it."""
+        return f"// {title}\n" + _native.records_ir(*self.records_for_compiler(title))
