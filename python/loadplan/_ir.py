@@ -15,8 +15,6 @@ import torch
 
 from . import _native, _runtime
 
-INT64_MAX = (1 << 63) - 1
-
 # torch dtype -> MLIR element type, from the runtime's one dtype table
 # (LOADPLAN_DTYPES in runtime/include/loadplan/plan_format.h).
 _ELEMENT_TYPES: dict[torch.dtype, str] = {

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "AtenViewBinding.h"
 #include "Compile.h"
 #include "Runtime.h"
 
@@ -238,6 +239,7 @@ NB_MODULE(_native, m) {
                        PyUnicode_FromString(mlir::loadplan::kRecordOpNames[i]));
     m.attr("RECORD_OPS") = names;
   }
+  loadplan_python::defineAtenViews(m);
 
   m.attr("HAS_COMPILER") = loadplan_python::compilerMissing() == nullptr;
 

@@ -5,7 +5,8 @@
 // the record builder (RecordBuilder.h) makes the dialect's ops of them, and
 // the IR text of a record is what MLIR's printer prints of that op. This list is the
 // one table of their codes: a code is the op's index here, and Python reads
-// it as loadplan._native.RECORD_OPS.
+// it as loadplan._native.RECORD_OPS. Which aten op becomes which records is
+// AtenViews.h.
 //
 // Each op is X(name, ints) with ints as kRecordOpInts says. An entry is
 // (code, fields...):
