@@ -2,15 +2,17 @@
 //
 // The one description of how an aten op a loader applies to one checkpoint
 // tensor, a view of it or a copy of its elements, becomes record ops
-// (RecordOps.h). The capture looks an op up by its packet and lowers each
-// call through loadplan._native.lower_view
-// (python/native/AtenViewBinding.cpp), reading the call's arguments its own
-// way (ViewArgs: a Python call's args and kwargs). The table says per op which rule lowers it and where its
+// (RecordOps.h). Both front ends follow it: the capture looks an op up by
+// its packet and lowers each call through loadplan._native.lower_view
+// (python/native/AtenViewBinding.cpp), and the torch.export importer
+// through lib/Import/OpTable.cpp, each reading the call's arguments its own
+// way (ViewArgs: a Python call's args and kwargs, an exported node's named
+// arguments). The table says per op which rule lowers it and where its
 // arguments are (name, position, default); the rules, with their special
 // cases, are in AtenViews.cpp.
 //
-// Plain C++17 without LLVM, MLIR or torch: the Python module links it with
-// or without the compiler.
+// Plain C++17 without LLVM, MLIR or torch: the importer's LibTorch side and
+// the Python module link it alike.
 //
 //===----------------------------------------------------------------------===//
 

@@ -1,9 +1,10 @@
 //===- RecordBuilder.h - A recorded loader into a module --------*- C++ -*-===//
 //
-// The one place records become the dialect's ops: the in-process compile
-// of a capture (python/native/Compile.cpp) and the capture's IR text (what
-// MLIR's printer prints of the module built here: the ops' assembly formats
-// are the only spelling of records).
+// The one place records become the dialect's ops, for both front ends: the
+// in-process compile of a capture (python/native/Compile.cpp), the
+// capture's IR text (what MLIR's printer prints of the module built here:
+// the ops' assembly formats are the only spelling of records), and the
+// torch.export importer's module (lib/Import/TorchExport.cpp).
 //
 //===----------------------------------------------------------------------===//
 

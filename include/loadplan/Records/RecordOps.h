@@ -1,9 +1,10 @@
 //===- RecordOps.h - The ops front ends record as integers ------*- C++ -*-===//
 //
-// The capture (python/loadplan/capture/trace.py) records the ops that make
-// up nearly every loader, the view ops and copy_, as tuples of integers;
-// the record builder (RecordBuilder.h) makes the dialect's ops of them, and
-// the IR text of a record is what MLIR's printer prints of that op. This list is the
+// Both front ends, the capture (python/loadplan/capture/trace.py) and the
+// torch.export importer (lib/Import), record the ops that make up nearly
+// every loader, the view ops and copy_, as tuples of integers; the record
+// builder (RecordBuilder.h) makes the dialect's ops of them, and the IR text
+// of a record is what MLIR's printer prints of that op. This list is the
 // one table of their codes: a code is the op's index here, and Python reads
 // it as loadplan._native.RECORD_OPS. Which aten op becomes which records is
 // AtenViews.h.
@@ -24,7 +25,8 @@
 //   copy       source, source type, target index, dtype code, offset,
 //              shape..., stride...
 // Values count from 0 in their checkpoint's block; -1 is the incoming
-// tensor. Types index the records' type table.
+// tensor. Types index the records' type table. Plain C++: the importer's
+// LibTorch side includes it too.
 //
 //===----------------------------------------------------------------------===//
 
