@@ -272,3 +272,19 @@ def test_names_another_rank_loads_are_members_too(loader_model):
     assert out["plan"] == compile_ir(captured.ir)["plan"]
     plan = loadplan.plan_loads(loader_model({"p": ((8,), BF16)}, load), metas)
     assert [plan.entries[m.name].kind for m in metas] == ["direct"] * 2 + ["unneeded"] * 4
+
+
+def test_lower_view_reads_a_calls_arguments_by_position_or_name():
+    """The capture's way to the aten view table: a call's args (``self``
+    first) and kwargs, as torch dispatches them; an argument that is no int
+    is refused, naming it."""
+    w = torch.empty(4, 6, dtype=BF16, device="meta")
+    index = _native.ATEN_VIEWS.index("aten.slice")
+    out = w[:, 2:]
+    by_position = _native.lower_view(index, w, out, (w, 1, 2), {})
+    by_name = _native.lower_view(index, w, out, (w,), {"dim": 1, "start": 2})
+    assert by_position == by_name == [(_ir.OP_CODES["slice"], 1, 2, (1 << 63) - 1, 1)]
+    with pytest.raises(TypeError, match="aten.slice's start is not a 64-bit int"):
+        _native.lower_view(index, w, out, (w, 1, "two"), {})
+    view = _native.ATEN_VIEWS.index("aten.view")
+    assert _native.lower_view(view, w, w.view(torch.int16), (w, torch.int16), {}) is None
