@@ -55,6 +55,10 @@ private:
   std::optional<int64_t> dimArg(size_t k, int64_t dims);
   /// dimArg for an op that reads that dim's size, which a 0-d tensor lacks.
   std::optional<int64_t> sizedDimArg(size_t k);
+  /// `dim` (argument `name`) as an index into `dims` dims, a 0-d tensor
+  /// having one.
+  std::optional<int64_t> normalize(int64_t dim, int64_t dims,
+                                   std::string_view name);
   bool fail(const std::string &message);
 
   void emit(RecordOp op, std::vector<int64_t> ints = {}) {
@@ -104,18 +108,22 @@ std::optional<int64_t> Lowering::intArg(size_t k) {
   return arg.fallback;
 }
 
+std::optional<int64_t> Lowering::normalize(int64_t dim, int64_t dims,
+                                           std::string_view name) {
+  int64_t bound = std::max<int64_t>(dims, 1);
+  if (dim < -bound || dim >= bound) {
+    fail("has a " + std::string(name) + " " + std::to_string(dim) +
+         " out of range for rank " + std::to_string(dims));
+    return std::nullopt;
+  }
+  return dim < 0 ? dim + bound : dim;
+}
+
 std::optional<int64_t> Lowering::dimArg(size_t k, int64_t dims) {
   std::optional<int64_t> dim = intArg(k);
   if (!dim)
     return std::nullopt;
-  int64_t bound = std::max<int64_t>(dims, 1);
-  if (*dim < -bound || *dim >= bound) {
-    fail("has a " + std::string(view.args[k].name) + " " +
-         std::to_string(*dim) + " out of range for rank " +
-         std::to_string(dims));
-    return std::nullopt;
-  }
-  return *dim < 0 ? *dim + bound : *dim;
+  return normalize(*dim, dims, view.args[k].name);
 }
 
 std::optional<int64_t> Lowering::sizedDimArg(size_t k) {
@@ -177,13 +185,11 @@ bool Lowering::permute() {
   std::optional<std::vector<int64_t>> dims = args.getInts(view.args[0]);
   if (!dims)
     return fail("has no dims");
-  int64_t bound = std::max<int64_t>(rank, 1);
   for (int64_t &d : *dims) {
-    if (d < -bound || d >= bound)
-      return fail("has a dim " + std::to_string(d) + " out of range for rank " +
-                  std::to_string(rank));
-    if (d < 0)
-      d += bound;
+    std::optional<int64_t> normalized = normalize(d, rank, "dim");
+    if (!normalized)
+      return false;
+    d = *normalized;
   }
   return one(RecordOp::permute, std::move(*dims));
 }
@@ -195,10 +201,10 @@ bool Lowering::squeeze() {
   std::vector<bool> listed(rank, !requested);
   if (requested && rank) {
     for (int64_t d : *requested) {
-      if (d < -rank || d >= rank)
-        return fail("has a dim " + std::to_string(d) +
-                    " out of range for rank " + std::to_string(rank));
-      listed[d < 0 ? d + rank : d] = true;
+      std::optional<int64_t> normalized = normalize(d, rank, "dim");
+      if (!normalized)
+        return false;
+      listed[*normalized] = true;
     }
   }
   std::vector<int64_t> removed;

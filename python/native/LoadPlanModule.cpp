@@ -140,17 +140,21 @@ NB_MODULE(_native, m) {
           PyExc_RuntimeError, nullptr));
   m.attr("CompileError") = compileError;
 
-  auto finish = [](loadplan_python::CompileResult &r) {
-    if (!r.ok) {
-      std::string message;
-      for (const std::string &e : r.errors)
-        message += (message.empty() ? "" : "\n") + e;
-      nb::object exc = compileError(message);
-      exc.attr("diagnostics") = nb::cast(r.errors);
-      exc.attr("remarks") = nb::cast(r.remarks);
-      PyErr_SetObject(compileError.ptr(), exc.ptr());
-      throw nb::python_error();
-    }
+  // A result that is not ok, as CompileError with its diagnostics.
+  auto raise = [](const loadplan_python::CompileResult &r) {
+    std::string message;
+    for (const std::string &e : r.errors)
+      message += (message.empty() ? "" : "\n") + e;
+    nb::object exc = compileError(message);
+    exc.attr("diagnostics") = nb::cast(r.errors);
+    exc.attr("remarks") = nb::cast(r.remarks);
+    PyErr_SetObject(compileError.ptr(), exc.ptr());
+    throw nb::python_error();
+  };
+
+  auto finish = [raise](loadplan_python::CompileResult &r) {
+    if (!r.ok)
+      raise(r);
     nb::dict out;
     out["json"] = r.json;
     out["plan"] = nb::bytes(r.plan.data(), r.plan.size());
@@ -204,8 +208,8 @@ NB_MODULE(_native, m) {
 
   m.def(
       "records_ir",
-      [](std::string text, nb::handle types, nb::handle checkpoints,
-         const std::string &sourceName) {
+      [raise](std::string text, nb::handle types, nb::handle checkpoints,
+              const std::string &sourceName) {
         mlir::loadplan::RecordedModule records =
             readRecords(std::move(text), types, checkpoints);
         loadplan_python::CompileResult r;
@@ -213,15 +217,8 @@ NB_MODULE(_native, m) {
           nb::gil_scoped_release release;
           r = loadplan_python::printRecords(records, sourceName);
         }
-        if (!r.ok) {
-          std::string message;
-          for (const std::string &e : r.errors)
-            message += (message.empty() ? "" : "\n") + e;
-          nb::object exc = compileError(message);
-          exc.attr("diagnostics") = nb::cast(r.errors);
-          PyErr_SetObject(compileError.ptr(), exc.ptr());
-          throw nb::python_error();
-        }
+        if (!r.ok)
+          raise(r);
         return r.compiledIR;
       },
       nb::arg("text"), nb::arg("types"), nb::arg("checkpoints"),
