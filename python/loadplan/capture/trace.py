@@ -314,14 +314,14 @@ class Sink:
         it to, one per output. None for a call the table does not hold as
         such (a view into another dtype, a copy into a dtype the IR lacks):
         that is an ``apply``."""
-        if index is None:  # other arguments may be tensors too
-            index = ANY_VIEW
+        if index is None or kwargs:
+            # Tensors or a device among the arguments (.to(device): the
+            # trace stays on meta).
             out = self.run_meta(func, args, kwargs)
-        else:
-            if "device" in kwargs:  # .to(device): the trace stays on meta
-                kwargs = {**kwargs, "device": META}
-            out = func(src._meta, *args[1:], **kwargs)
-        lowered = _native.lower_view(index, src._meta, out, args, kwargs)
+        else:  # ints and lists of them: nothing to map
+            out = func(src._meta, *args[1:])
+        lowered = _native.lower_view(ANY_VIEW if index is None else index, src._meta, out,
+                                     args, kwargs)
         if lowered is None:
             return None
         in_type = self.type_id(src.shape, src.dtype)
