@@ -26,9 +26,13 @@
 // `inplace_write`, `write_other`), and ops of targets alone are
 // `constant_write` (fill, zero, copies of non-checkpoint data) or
 // `read_target`. Views, scatters, value reads and ops that only guard shapes
-// are known by name from the op table (OpTable.cpp); copies and fills, whose
-// meaning depends on what they write into, are classified here. The IR is
-// written as text, which the MLIR side parses and verifies.
+// are known by name from the op table (OpTable.cpp; views and element copies
+// from the aten view table, loadplan/Records/AtenViews.h, which capture
+// follows too); copies and fills, whose meaning depends on what they write
+// into, are classified here. Views and copies into targets are records
+// (loadplan/Records/RecordOps.h), as capture makes them; the other ops and
+// the declarations are IR text. The MLIR side builds the module of them
+// (loadplan/Records/RecordBuilder.h) and verifies it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -41,6 +45,7 @@
 #include "OpTable.h"
 #include "TensorMeta.h"
 
+#include "loadplan/Records/RecordOps.h"
 #include "loadplan/plan_format.h"
 
 #include <nlohmann/json.hpp>
@@ -77,25 +82,39 @@ struct Storage {
   int64_t size = 0;
 };
 
+/// One op of a checkpoint name's block: a record, or (with none) a line of
+/// IR text.
+struct Item {
+  std::vector<int64_t> record;
+  std::string line;
+};
+
 /// One checkpoint name's block.
 struct Record {
   std::string name;
   Meta meta;
-  std::vector<std::string> lines;
-  int next = 0;
+  std::vector<Item> items;
+  int64_t next = 0;
   bool stopped = false;
 
-  std::string fresh() { return "%" + std::to_string(next++); }
+  int64_t fresh() { return next++; }
 };
+
+/// `%w` (-1, the incoming tensor) or `%<num>`: a value as a line of text
+/// names it.
+static std::string ssaName(int64_t num) {
+  return num < 0 ? "%w" : "%" + std::to_string(num);
+}
 
 /// What a value of the graph is to the importer.
 struct Value {
   enum class Kind { Trace, State, Other };
   Kind kind = Kind::Other;
   Meta meta;
-  // Trace: its checkpoint and SSA value.
+  // Trace: its checkpoint and its value in the block (-1: the incoming
+  // tensor).
   int record = -1;
-  std::string ssa;
+  int64_t num = -1;
   // State: its target, and its layout from the target's first element.
   int target = -1;
   Layout at;
@@ -121,7 +140,7 @@ public:
       : program(program), graph(program.get_graph_module().get_graph()),
         weights(weights), archive(archive) {}
 
-  std::string run(const std::string &sourceName);
+  RecordedModule run(const std::string &sourceName);
 
 private:
   // Declarations.
@@ -151,6 +170,8 @@ private:
   // Events.
   Record *current();
   void emit(int record, const std::string &line);
+  void emitRecord(int record, std::vector<int64_t> entry);
+  int64_t typeId(const Meta &meta);
   void emitCurrent(const std::string &line);
   void copyEvent(const Value &src, int target, const Layout &at,
                  loadplan_dtype_t destType, const std::string &op);
@@ -158,8 +179,7 @@ private:
                      loadplan_dtype_t dtype);
   void readTarget(int target, const std::string &op);
   void valueRead(const Value &trace, const std::string &op);
-  Value newTrace(int record, const std::string &ssa, const Meta &meta,
-                 int node);
+  Value newTrace(int record, int64_t num, const Meta &meta, int node);
   void defineStates(int index, const schema::Node &node, const Value &base);
   std::string traceType(const Value &trace) const {
     return irTensorType(trace.meta.layout.sizes, trace.meta.element());
@@ -173,6 +193,9 @@ private:
   std::vector<Target> targets;
   std::vector<Storage> storages;
   std::vector<Record> records;
+  // The records' type table: (sizes, dtype) by index, and its index.
+  std::vector<std::pair<std::vector<int64_t>, loadplan_dtype_t>> types;
+  std::map<std::pair<std::vector<int64_t>, loadplan_dtype_t>, int64_t> typeIds;
   std::unordered_map<std::string, Value> values;
   std::unordered_map<std::string, std::vector<std::string>> lists;
   // Symbolic scalars read from a trace (`.item()`): their checkpoint.
@@ -296,7 +319,7 @@ void Importer::declare() {
       value.kind = Value::Kind::Trace;
       value.meta = record.meta;
       value.record = static_cast<int>(records.size());
-      value.ssa = "%w";
+      value.num = -1;
       records.push_back(std::move(record));
       values[placeholder] = value;
       continue;
@@ -422,7 +445,20 @@ Record *Importer::current() {
 
 void Importer::emit(int record, const std::string &line) {
   if (!records[record].stopped)
-    records[record].lines.push_back(line);
+    records[record].items.push_back({{}, line});
+}
+
+void Importer::emitRecord(int record, std::vector<int64_t> entry) {
+  if (!records[record].stopped)
+    records[record].items.push_back({std::move(entry), {}});
+}
+
+int64_t Importer::typeId(const Meta &meta) {
+  auto key = std::make_pair(meta.layout.sizes, meta.dtype);
+  auto [it, added] = typeIds.try_emplace(key, types.size());
+  if (added)
+    types.push_back(std::move(key));
+  return it->second;
 }
 
 /// An event of targets alone goes to the name being loaded: the last one
@@ -430,18 +466,17 @@ void Importer::emit(int record, const std::string &line) {
 void Importer::emitCurrent(const std::string &line) {
   if (Record *record = current()) {
     if (!record->stopped)
-      record->lines.push_back(line);
+      record->items.push_back({{}, line});
   } else {
     pending.push_back(line);
   }
 }
 
-Value Importer::newTrace(int record, const std::string &ssa, const Meta &meta,
-                         int node) {
+Value Importer::newTrace(int record, int64_t num, const Meta &meta, int node) {
   Value value;
   value.kind = Value::Kind::Trace;
   value.record = record;
-  value.ssa = ssa;
+  value.num = num;
   value.meta = meta;
   value.node = node;
   return value;
@@ -452,14 +487,17 @@ void Importer::copyEvent(const Value &src, int target, const Layout &at,
   currentRecord = src.record;
   std::string element = loadplan_dtype_mlir_type(destType);
   if (element.empty()) {
-    emit(src.record, "loadplan.write_other " + irString(op) + " (" + src.ssa +
-                         ") : " + traceType(src));
+    emit(src.record, "loadplan.write_other " + irString(op) + " (" +
+                         ssaName(src.num) + ") : " + traceType(src));
     return;
   }
   writtenStorages.insert(targets[target].storage);
-  emit(src.record, "loadplan.copy " + src.ssa + " to @t" +
-                       std::to_string(target) + " " + irLayout(at) + " as " +
-                       element + " : " + traceType(src));
+  // source, source type, target, dtype, offset, shape..., stride...
+  std::vector<int64_t> entry = {static_cast<int64_t>(RecordOp::copy), src.num,
+                                typeId(src.meta), target, destType, at.offset};
+  entry.insert(entry.end(), at.sizes.begin(), at.sizes.end());
+  entry.insert(entry.end(), at.strides.begin(), at.strides.end());
+  emitRecord(src.record, std::move(entry));
 }
 
 void Importer::constantWrite(const std::string &op, int target,
@@ -477,15 +515,15 @@ void Importer::readTarget(int target, const std::string &op) {
     return;
   int index = currentRecord;
   reads.push_back(
-      {index, records[index].lines.size(), targets[target].storage});
-  records[index].lines.push_back("loadplan.read_target @t" +
-                                 std::to_string(target) + " op " +
-                                 irString(op));
+      {index, records[index].items.size(), targets[target].storage});
+  records[index].items.push_back(
+      {{}, "loadplan.read_target @t" + std::to_string(target) + " op " +
+               irString(op)});
 }
 
 void Importer::valueRead(const Value &trace, const std::string &op) {
   currentRecord = trace.record;
-  emit(trace.record, "loadplan.value_read " + trace.ssa + " op " +
+  emit(trace.record, "loadplan.value_read " + ssaName(trace.num) + " op " +
                          irString(op) + " : " + traceType(trace));
   // The loader stops here for capture: what follows is not recorded.
   records[trace.record].stopped = true;
@@ -596,7 +634,7 @@ void Importer::visit(int index, const schema::Node &node) {
       std::string operands, types;
       for (const Value *t : traces)
         if (t->record == src->record) {
-          operands += (operands.empty() ? "" : ", ") + t->ssa;
+          operands += (operands.empty() ? "" : ", ") + ssaName(t->num);
           types += (types.empty() ? "" : ", ") + traceType(*t);
         }
       currentRecord = src->record;
@@ -671,8 +709,8 @@ void Importer::defineOthers(int index, const schema::Node &node) {
   }
 }
 
-/// A view or element copy of a trace: the dialect's ops for it, as the op
-/// table spells them. False if `node` is not one (it is then an `apply`).
+/// A view or element copy of a trace: the records the aten view table makes
+/// of it. False if `node` is not one (it is then an `apply`).
 bool Importer::visitTraceView(int index, const schema::Node &node,
                               const Value &src) {
   std::vector<std::string> outs = outputNames(node);
@@ -686,26 +724,21 @@ bool Importer::visitTraceView(int index, const schema::Node &node,
     metas.push_back(toMeta(it->second));
   }
   currentRecord = src.record;
-  std::vector<ViewOp> views =
-      traceViewOps(opPacket(node.get_target()), {node, src.meta, metas});
+  std::vector<ViewRecord> views =
+      traceViewRecords(opPacket(node.get_target()), node, src.meta, metas);
   if (views.empty())
     return false;
   assert(views.size() == outs.size() && "one view op per output");
 
-  // One view op per output: `%r = loadplan.<view> %src <attrs> : in -> out`.
+  // One record per output: result, input, input type, result type, ints.
   Record &record = records[src.record];
-  std::string inType = traceType(src);
+  int64_t inType = typeId(src.meta);
   for (size_t k = 0; k < views.size(); ++k) {
-    const ViewOp &view = views[k];
-    std::string value = record.fresh();
-    std::string outType =
-        irTensorType(metas[k].layout.sizes, metas[k].element());
-    std::string sig = (view.op == "alias" || view.op == "clone")
-                          ? inType
-                          : inType + " -> " + outType;
-    emit(src.record, value + " = loadplan." + view.op + " " + src.ssa +
-                         (view.attrs.empty() ? "" : " " + view.attrs) + " : " +
-                         sig);
+    int64_t value = record.fresh();
+    std::vector<int64_t> entry = {static_cast<int64_t>(views[k].op), value,
+                                  src.num, inType, typeId(metas[k])};
+    entry.insert(entry.end(), views[k].ints.begin(), views[k].ints.end());
+    emitRecord(src.record, std::move(entry));
     values[outs[k]] = newTrace(src.record, value, metas[k], index);
   }
   return true;
@@ -754,23 +787,23 @@ bool Importer::visitCat(int index, const schema::Node &node, bool stack) {
   Record &record = records[first.record];
   std::string operands, types;
   for (const Value *part : parts) {
-    std::string ssa = part->ssa, type = traceType(*part);
+    int64_t num = part->num;
+    std::string type = traceType(*part);
     if (stack) {
-      std::vector<int64_t> sizes = part->meta.layout.sizes;
-      sizes.insert(sizes.begin() + dim, 1);
-      std::string unsqueezed = irTensorType(sizes, part->meta.element());
-      std::string value = record.fresh();
-      emit(first.record, value + " = loadplan.unsqueeze " + ssa + " dim " +
-                             std::to_string(dim) + " : " + type + " -> " +
-                             unsqueezed);
-      ssa = value;
-      type = unsqueezed;
+      Meta unsqueezed = part->meta;
+      unsqueezed.layout.sizes.insert(unsqueezed.layout.sizes.begin() + dim, 1);
+      int64_t value = record.fresh();
+      emitRecord(first.record,
+                 {static_cast<int64_t>(RecordOp::unsqueeze), value, num,
+                  typeId(part->meta), typeId(unsqueezed), dim});
+      num = value;
+      type = irTensorType(unsqueezed.layout.sizes, unsqueezed.element());
     }
-    operands += (operands.empty() ? "" : ", ") + ssa;
+    operands += (operands.empty() ? "" : ", ") + ssaName(num);
     types += (types.empty() ? "" : ", ") + type;
   }
-  std::string value = record.fresh();
-  emit(first.record, value + " = loadplan.cat (" + operands + ") dim " +
+  int64_t value = record.fresh();
+  emit(first.record, ssaName(value) + " = loadplan.cat (" + operands + ") dim " +
                          std::to_string(dim) + " : (" + types + ") -> " +
                          irTensorType(out.layout.sizes, out.element()));
   values[outs[0]] = newTrace(first.record, value, out, index);
@@ -833,7 +866,7 @@ void Importer::visitCopy(int index, const schema::Node &node, const Value &dest,
     currentRecord = src.record;
     if (op == "aten.copy_") {
       emit(src.record, "loadplan.write_other " + irString(name) + " (" +
-                           src.ssa + ") : " + traceType(src));
+                           ssaName(src.num) + ") : " + traceType(src));
       defineOthers(index, node);
       return;
     }
@@ -943,7 +976,7 @@ void Importer::visitApply(int index, const schema::Node &node,
   std::vector<std::string> others;
   for (const Value *t : traces) {
     if (t->record == recordIndex) {
-      operands += (operands.empty() ? "" : ", ") + t->ssa;
+      operands += (operands.empty() ? "" : ", ") + ssaName(t->num);
       types += (types.empty() ? "" : ", ") + traceType(*t);
     } else if (std::find(others.begin(), others.end(),
                          records[t->record].name) == others.end()) {
@@ -967,11 +1000,11 @@ void Importer::visitApply(int index, const schema::Node &node,
   }
   if (outs.size() != 1)
     outTypes = "(" + outTypes + ")";
-  std::vector<std::string> results;
+  std::vector<int64_t> results;
   std::string lhs;
   for (size_t k = 0; k < outs.size(); ++k) {
     results.push_back(record.fresh());
-    lhs += (k ? ", " : "") + results.back();
+    lhs += (k ? ", " : "") + ssaName(results.back());
   }
   std::string attrs;
   if (!others.empty()) {
@@ -1002,7 +1035,7 @@ void Importer::visitApply(int index, const schema::Node &node,
 // The program
 //===----------------------------------------------------------------------===//
 
-std::string Importer::run(const std::string &sourceName) {
+RecordedModule Importer::run(const std::string &sourceName) {
   declare();
   const auto &nodes = graph.get_nodes();
   for (size_t i = 0; i < nodes.size(); ++i)
@@ -1055,6 +1088,7 @@ std::string Importer::run(const std::string &sourceName) {
     if (!writtenStorages.count(read.storage))
       dropped[read.record].push_back(read.line);
 
+  RecordedModule out;
   std::ostringstream os;
   os << "// Imported by loadplan-translate from " << sourceName << "\n";
   os << "module {\n";
@@ -1068,27 +1102,48 @@ std::string Importer::run(const std::string &sourceName) {
        << irInts(target.meta.layout.strides) << " : "
        << irTensorType(target.meta.layout.sizes, target.meta.element()) << "\n";
   }
+  os << "}\n";
+  out.text = os.str();
+  auto addLine = [&](const std::string &line) {
+    out.ops.push_back(0);
+    out.ops.push_back(static_cast<int64_t>(out.lines.size()));
+    out.lines.push_back(line);
+  };
   for (size_t r = 0; r < records.size(); ++r) {
     const Record &record = records[r];
-    os << "  loadplan.checkpoint " << irString(record.name) << " : "
-       << irTensorType(record.meta.layout.sizes, record.meta.element())
-       << " (%w) {\n";
+    out.nameStorage.push_back(record.name);
+    RecordedModule::Checkpoint ck;
+    ck.name = out.nameStorage.back();
+    ck.type = typeId(record.meta);
+    ck.begin = out.ops.size();
     if (r == 0)
       for (const std::string &line : pending)
-        os << "    " << line << "\n";
+        addLine(line);
     const std::vector<size_t> &drop = dropped[static_cast<int>(r)];
-    for (size_t i = 0; i < record.lines.size(); ++i)
-      if (std::find(drop.begin(), drop.end(), i) == drop.end())
-        os << "    " << record.lines[i] << "\n";
-    os << "  }\n";
+    for (size_t i = 0; i < record.items.size(); ++i) {
+      if (std::find(drop.begin(), drop.end(), i) != drop.end())
+        continue;
+      const Item &item = record.items[i];
+      if (item.record.empty()) {
+        addLine(item.line);
+        continue;
+      }
+      out.ops.push_back(static_cast<int64_t>(item.record.size()));
+      out.ops.insert(out.ops.end(), item.record.begin(), item.record.end());
+    }
+    ck.end = out.ops.size();
+    out.checkpoints.push_back(ck);
   }
-  os << "}\n";
-  return os.str();
+  for (auto &[sizes, dtype] : types) {
+    out.typeShapes.push_back(sizes);
+    out.typeDtypes.push_back(static_cast<uint32_t>(dtype));
+  }
+  return out;
 }
 
-std::string importProgram(const schema::ExportedProgram &program,
-                          const schema::PayloadConfig *weights,
-                          Archive &archive, const std::string &sourceName) {
+RecordedModule importProgram(const schema::ExportedProgram &program,
+                             const schema::PayloadConfig *weights,
+                             Archive &archive, const std::string &sourceName) {
   return Importer(program, weights, archive).run(sourceName);
 }
 

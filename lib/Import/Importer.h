@@ -2,12 +2,15 @@
 //
 // The program importer: from the graph of a loader exported by
 // `loadplan.export_loader` to the loadplan IR that capture would have
-// recorded for it, as text.
+// recorded for it, in the form capture records it (records and lines of
+// text, loadplan/Records/RecordedModule.h).
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef LOADPLAN_LIB_IMPORT_IMPORTER_H
 #define LOADPLAN_LIB_IMPORT_IMPORTER_H
+
+#include "loadplan/Records/RecordedModule.h"
 
 #include <torch/csrc/utils/generated_serialization_types.h>
 
@@ -19,12 +22,12 @@ namespace schema = torch::_export;
 
 class Archive;
 
-/// Writes the loader `program` as loadplan IR text, whose first line names
-/// `sourceName`. Its targets' storages are the weights `weights` (the
-/// archive's weights config, or null) says they were saved as, of the
-/// sizes of their records in `archive`. Fails (ImportError) for a program
-/// it cannot import.
-std::string importProgram(const schema::ExportedProgram &program,
+/// Records the loader `program`, its declarations' text first naming
+/// `sourceName` in a comment. Its targets' storages are the weights
+/// `weights` (the archive's weights config, or null) says they were saved
+/// as, of the sizes of their records in `archive`. Fails (ImportError) for
+/// a program it cannot import.
+RecordedModule importProgram(const schema::ExportedProgram &program,
                           const schema::PayloadConfig *weights,
                           Archive &archive, const std::string &sourceName);
 

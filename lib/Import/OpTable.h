@@ -2,12 +2,12 @@
 //
 // The importer classifies a node first by what its tensor arguments are
 // (checkpoint tensors, targets, other data), then by its op. These tables,
-// keyed by the op's packet (`aten.slice`) as capture keys its view handlers
-// (python/loadplan/capture.py), say what it knows of an op by name: how a
-// view or element copy of a checkpoint tensor becomes the dialect's op,
-// where a scatter puts its source, and which ops read values or only guard
-// shapes. (Copies and fills, whose meaning depends on what they write into,
-// are the importer's.)
+// keyed by the op's packet (`aten.slice`), say what it knows of an op by
+// name: where a scatter puts its source, and which ops read values or only
+// guard shapes. How a view or element copy of a checkpoint tensor becomes
+// records is the aten view table's (loadplan/Records/AtenViews.h), which
+// capture follows too. (Copies and fills, whose meaning depends on what
+// they write into, are the importer's.)
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +15,8 @@
 #define LOADPLAN_LIB_IMPORT_OPTABLE_H
 
 #include "TensorMeta.h"
+
+#include "loadplan/Records/AtenViews.h"
 
 #include <torch/csrc/utils/generated_serialization_types.h>
 
@@ -35,8 +37,9 @@ bool isValueRead(std::string_view packet);
 /// Whether the op `packet` is in place, by torch's naming (`aten.mul_`).
 bool isInPlace(std::string_view packet);
 
-/// Whether the op `packet` is a view of one tensor whose layout the graph
-/// records: of a target, an alias of the target's elements.
+/// Whether the op `packet` is a view of one tensor (in the aten view table)
+/// whose layout the graph records: of a target, an alias of the target's
+/// elements.
 bool isView(std::string_view packet);
 
 /// Whether the op `packet` is a scatter: a copy of its base with its source
@@ -49,26 +52,14 @@ bool isScatter(std::string_view packet);
 std::optional<Layout> scatterPosition(const schema::Node &node,
                                       const Layout &base);
 
-/// A node on one checkpoint tensor, as the view handlers see it.
-struct ViewOperands {
-  const schema::Node &node;
-  /// The checkpoint tensor's metadata.
-  const Meta &src;
-  /// The metadata of each of the node's outputs; at least one.
-  const std::vector<Meta> &outs;
-};
-
-/// The dialect's op for one output of a view: `loadplan.<op> %src <attrs>`.
-struct ViewOp {
-  std::string op;
-  std::string attrs;
-};
-
-/// The dialect's ops for `operands.node`, an op `packet` of one checkpoint
-/// tensor: one per output; none when the node is no view or element copy of
-/// the tensor the dialect has an op for (it is then an `apply`).
-std::vector<ViewOp> traceViewOps(std::string_view packet,
-                                 const ViewOperands &operands);
+/// The record ops of `node`, an op `packet` of one checkpoint tensor with
+/// metadata `src` and outputs `outs` (AtenViews.h): one per output; none
+/// when the node is no view or element copy of the tensor the records hold
+/// (it is then an `apply`). Fails for a node whose arguments do not fit.
+std::vector<ViewRecord> traceViewRecords(std::string_view packet,
+                                         const schema::Node &node,
+                                         const Meta &src,
+                                         const std::vector<Meta> &outs);
 
 } // namespace mlir::loadplan::torch_export
 

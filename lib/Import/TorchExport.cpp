@@ -1,8 +1,9 @@
 //===- TorchExport.cpp - Import torch.export loaders -------------*- C++ -*-===//
 //
 // The MLIR side of the torch.export importer: the LibTorch side
-// (TorchExportReader.cpp) writes the loader as loadplan IR text, which is
-// parsed and verified here like any other input of the compiler.
+// (TorchExportReader.cpp) records the loader as capture does, and its module
+// is built here as a capture's is (loadplan/Records/RecordBuilder.h) and
+// verified like any other input of the compiler.
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,11 +12,11 @@
 #include "TorchExportReader.h"
 
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanDialect.h"
+#include "loadplan/Records/RecordBuilder.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
-#include "mlir/Parser/Parser.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
 
 #include "llvm/Support/SourceMgr.h"
@@ -36,7 +37,8 @@ OwningOpRef<ModuleOp> mlir::loadplan::importTorchExport(llvm::StringRef bytes,
     emitError(loc) << "cannot import torch.export program: " << result.error;
     return nullptr;
   }
-  // The text is ours; an error in it is the importer's, reported as such.
+  // The records are ours; an error in them is the importer's, reported as
+  // such, at the name it is in.
   std::string parseError;
   OwningOpRef<ModuleOp> module;
   {
@@ -45,8 +47,9 @@ OwningOpRef<ModuleOp> mlir::loadplan::importTorchExport(llvm::StringRef bytes,
         parseError = diag.str();
       return success();
     });
-    module = parseSourceString<ModuleOp>(result.ir, ParserConfig(context),
-                                         "imported");
+    RecordBuildOptions options;
+    options.nameLocations = true;
+    module = buildRecordedModule(context, result.records, "imported", options);
     if (module && failed(verify(*module)))
       module = nullptr;
   }

@@ -31,7 +31,7 @@ static ReadResult readArchive(std::string_view bytes,
   std::optional<schema::PayloadConfig> weights =
       archive.readWeightsConfig(record);
   ReadResult result;
-  result.ir = importProgram(program, weights ? &*weights : nullptr, archive,
+  result.records = importProgram(program, weights ? &*weights : nullptr, archive,
                             sourceName);
   result.ok = true;
   return result;

@@ -1,8 +1,10 @@
-"""Spelling of loadplan IR text: dtypes, tensor types, strings, layouts.
+"""Spelling of loadplan IR text: dtypes, tensor types, strings, layouts;
+and the codes of records.
 
 The capture records its ops as int tuples where it can (the compiler
-builds those into its module directly) and as IR text otherwise; both
-spellings, and the text of the records, are here.
+builds those into its module directly, and their text is what MLIR's
+printer prints of the ops built) and as lines of IR text otherwise, which
+are spelt here.
 """
 
 from __future__ import annotations
@@ -12,8 +14,6 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from . import _native, _runtime
-
-INT64_MAX = (1 << 63) - 1
 
 # torch dtype -> MLIR element type, from the runtime's one dtype table
 # (LOADPLAN_DTYPES in runtime/include/loadplan/plan_format.h).
@@ -101,58 +101,14 @@ def string_array(texts: Iterable[str]) -> str:
 #
 # The ops nearly every loader is made of, the view ops and copy_, are
 # recorded as int tuples, not text: the compiler builds them into its
-# module directly (``_native.compile_records``), and the text below is made
-# only when someone asks for the IR. A record's layout is in
-# python/native/RecordOps.h: (code, result, input, input type, result type,
-# ints...) for a view op, (code, source, source type, target, dtype code,
-# offset, shape..., stride...) for a copy. Values count from 0 in their
-# block, -1 being the incoming tensor ``%w``; types index a capture's table
-# of (shape, dtype code).
+# module directly (``_native.compile_records``), and their text is made
+# only when someone asks for the IR (``_native.records_ir``). A record's
+# layout is in include/loadplan/Records/RecordOps.h: (code, result, input,
+# input type, result type, ints...) for a view op, (code, source, source
+# type, target, dtype code, offset, shape..., stride...) for a copy. Values
+# count from 0 in their block, -1 being the incoming tensor ``%w``; types
+# index a capture's table of (shape, dtype code).
 
 RECORD_OPS: tuple[str, ...] = tuple(_native.RECORD_OPS)
 OP_CODES: dict[str, int] = {name: code for code, name in enumerate(RECORD_OPS)}
 COPY = OP_CODES["copy"]
-_SAME_TYPE = {OP_CODES["alias"], OP_CODES["clone"]}
-
-
-def _type_text(t: tuple[tuple[int, ...], int]) -> str:
-    shape, code = t
-    return tensor_type(shape, _runtime.DTYPES[code])
-
-
-def _attrs(op: str, a: tuple[int, ...], out_shape: tuple[int, ...]) -> str:
-    if op == "slice":
-        return f" dim {a[0]} start {a[1]} end {a[2]} step {a[3]}"
-    if op == "select":
-        return f" dim {a[0]} index {a[1]}"
-    if op == "transpose":
-        return f" dim0 {a[0]} dim1 {a[1]}"
-    if op in ("permute", "squeeze"):
-        return f" dims {ints(a)}"
-    if op in ("unsqueeze", "unflatten"):
-        return f" dim {a[0]}"
-    if op == "flatten":
-        return f" start_dim {a[0]} end_dim {a[1]}"
-    if op == "as_strided":
-        return f" {layout(a[0], out_shape, a[1:])}"
-    return ""
-
-
-def record_line(entry: tuple[int, ...], types: list[tuple[tuple[int, ...], int]]) -> str:
-    """The IR text of one record."""
-    code = entry[0]
-    if code == COPY:
-        _, src, src_type, target, dtype, offset, *dims = entry
-        rank = len(dims) // 2
-        return (
-            f"loadplan.copy {value_name(src)} to @{target_symbol(target)} "
-            f"{layout(offset, dims[:rank], dims[rank:])} "
-            f"as {element_type(_runtime.DTYPES[dtype])} : {_type_text(types[src_type])}"
-        )
-    op = RECORD_OPS[code]
-    _, result, src, in_type, out_type, *a = entry
-    sig = _type_text(types[in_type])
-    if code not in _SAME_TYPE:
-        sig = f"{sig} -> {_type_text(types[out_type])}"
-    attrs = _attrs(op, tuple(a), types[out_type][0])
-    return f"{value_name(result)} = loadplan.{op} {value_name(src)}{attrs} : {sig}"

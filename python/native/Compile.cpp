@@ -1,7 +1,8 @@
 //===- Compile.cpp - Run the load-plan pipeline in process ------*- C++ -*-===//
 
 #include "Compile.h"
-#include "RecordBuilder.h"
+
+#include "loadplan/Records/RecordBuilder.h"
 
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanDialect.h"
 #include "loadplan/Transforms/Passes.h"
@@ -237,21 +238,18 @@ loadplan_python::compile(const std::string &ir, const std::string &sourceName,
 /// compileRecords, for its result or for its diagnostics: the second
 /// builds each name's checkpoint at its name's location.
 static loadplan_python::CompileResult
-compileRecordsOnce(const loadplan_python::CapturedRecords &records,
+compileRecordsOnce(const loadplan::RecordedModule &records,
                    const std::string &sourceName, bool printIR, bool printJson,
                    bool forDiagnostics) {
   loadplan_python::CompileResult result;
   Session session(result);
-  // The text part is verified with the rest once the module is whole: its
-  // checkpoints name targets, and the built ones are not there yet.
-  OwningOpRef<ModuleOp> module =
-      session.parse(records.text, sourceName, /*verify=*/false);
-  if (!module)
-    return result;
-  if (failed(buildRecordedCheckpoints(*module, records,
-                                      /*nameLocations=*/forDiagnostics,
-                                      /*groupNames=*/!forDiagnostics)) ||
-      failed(verify(*module))) {
+  loadplan::RecordBuildOptions options;
+  options.nameLocations = forDiagnostics;
+  options.groupNames = !forDiagnostics;
+  options.foldWholeSlices = true;
+  OwningOpRef<ModuleOp> module = loadplan::buildRecordedModule(
+      session.context.get(), records, sourceName, options);
+  if (!module || failed(verify(*module))) {
     if (result.errors.empty())
       result.errors.push_back("the captured records do not make a module");
     return result;
@@ -261,7 +259,7 @@ compileRecordsOnce(const loadplan_python::CapturedRecords &records,
 }
 
 loadplan_python::CompileResult
-loadplan_python::compileRecords(const CapturedRecords &records,
+loadplan_python::compileRecords(const loadplan::RecordedModule &records,
                                 const std::string &sourceName, bool printIR,
                                 bool printJson) {
   // A compile that succeeds reports nothing at a built op: its remarks are
@@ -277,6 +275,26 @@ loadplan_python::compileRecords(const CapturedRecords &records,
     return result;
   return compileRecordsOnce(records, sourceName, printIR, printJson,
                             /*forDiagnostics=*/true);
+}
+
+loadplan_python::CompileResult
+loadplan_python::printRecords(const loadplan::RecordedModule &records,
+                              const std::string &sourceName) {
+  CompileResult result;
+  Session session(result);
+  OwningOpRef<ModuleOp> module = loadplan::buildRecordedModule(
+      session.context.get(), records, sourceName, {});
+  if (!module) {
+    if (result.errors.empty())
+      result.errors.push_back("the captured records do not make a module");
+    return result;
+  }
+  // As built, whether it verifies or not: the text of a capture the
+  // compiler refuses is what says why.
+  llvm::raw_string_ostream os(result.compiledIR);
+  module->print(os, OpPrintingFlags().assumeVerified());
+  result.ok = true;
+  return result;
 }
 
 const char *loadplan_python::compilerMissing() { return nullptr; }

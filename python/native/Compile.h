@@ -9,6 +9,7 @@
 #ifndef LOADPLAN_PYTHON_COMPILE_H
 #define LOADPLAN_PYTHON_COMPILE_H
 
+#include "loadplan/Records/RecordedModule.h"
 #include "loadplan/format/PlanFile.h"
 
 #include <cstddef>
@@ -29,7 +30,7 @@ struct CompileResult {
   std::vector<std::string> remarks;
   /// The plan as JSON (when asked for), the binary plan file and the report.
   std::string json, plan, report;
-  /// The compiled module, when asked for.
+  /// The compiled module, when asked for (printRecords: the built one).
   std::string compiledIR;
 };
 
@@ -39,36 +40,18 @@ struct CompileResult {
 CompileResult compile(const std::string &ir, const std::string &sourceName,
                       bool printIR, bool printJson);
 
-/// One capture as records (RecordOps.h): the text of the module's storages
-/// and targets and of every checkpoint whose ops are not all records, and
-/// the records of the others.
-struct CapturedRecords {
-  /// `module { storages, targets, text checkpoints in arrival order }`.
-  std::string text;
-  /// The type table: each type's shape and dtype code.
-  std::vector<std::vector<int64_t>> typeShapes;
-  std::vector<uint32_t> typeDtypes;
-  /// Each checkpoint in arrival order: built from `ops[begin, end)` (each
-  /// entry its length, then its code and fields), or, when `type` is -1,
-  /// the next checkpoint of `text`.
-  struct Checkpoint {
-    /// The caller's bytes (a Python str's UTF-8, which lives as long as the
-    /// str): the compile only reads them, and copying 50,000 names into
-    /// strings to free them again cost a few milliseconds.
-    std::string_view name;
-    int64_t type = -1;
-    size_t begin = 0, end = 0;
-  };
-  std::vector<Checkpoint> checkpoints;
-  std::vector<int64_t> ops;
-};
-
-/// Compiles a capture's records: the module is built in memory (the
-/// records' checkpoints are never text), verified, and compiled as
-/// compile() compiles parsed IR.
-CompileResult compileRecords(const CapturedRecords &records,
+/// Compiles a capture's records: the module is built in memory
+/// (loadplan/Records/RecordBuilder.h), verified, and compiled as compile()
+/// compiles parsed IR.
+CompileResult compileRecords(const mlir::loadplan::RecordedModule &records,
                              const std::string &sourceName, bool printIR,
                              bool printJson);
+
+/// A capture's records as IR text: what MLIR's printer prints of the module
+/// they build (no members, no op left out), unverified, for people and
+/// loadplan-opt. `ok` false with `errors` for records that do not build.
+CompileResult printRecords(const mlir::loadplan::RecordedModule &records,
+                           const std::string &sourceName);
 
 /// nullptr where the module has the compiler; else why it cannot compile
 /// (built with LOADPLAN_BUILD_COMPILER=OFF: compile() fails with this

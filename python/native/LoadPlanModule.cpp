@@ -8,9 +8,11 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "AtenViewBinding.h"
 #include "Compile.h"
-#include "RecordOps.h"
 #include "Runtime.h"
+
+#include "loadplan/Records/RecordOps.h"
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
@@ -47,10 +49,9 @@ PyObject *recordSequence(PyObject *item, const char *what) {
 /// compile then runs without the GIL). Reads through CPython's own macros:
 /// at 50,000 names this is a million ints. The names stay the strs' own
 /// bytes: `checkpoints` holds them through the call.
-loadplan_python::CapturedRecords readRecords(std::string text,
-                                             nb::handle types,
-                                             nb::handle checkpoints) {
-  loadplan_python::CapturedRecords r;
+mlir::loadplan::RecordedModule readRecords(std::string text, nb::handle types,
+                                           nb::handle checkpoints) {
+  mlir::loadplan::RecordedModule r;
   r.text = std::move(text);
   PyObject *typeList = recordSequence(types.ptr(), "types");
   Py_ssize_t nTypes = PySequence_Fast_GET_SIZE(typeList);
@@ -81,13 +82,11 @@ loadplan_python::CapturedRecords readRecords(std::string text,
   r.ops.reserve(static_cast<size_t>(n) * 24);
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject *item = PySequence_Fast_GET_ITEM(list, i);
-    if (item == Py_None)
-      continue; // the next text checkpoint
-    recordSequence(item, "a checkpoint");
-    if (PySequence_Fast_GET_SIZE(item) != 3 ||
+    if ((!PyTuple_Check(item) && !PyList_Check(item)) ||
+        PySequence_Fast_GET_SIZE(item) != 3 ||
         !PyUnicode_Check(PySequence_Fast_GET_ITEM(item, 0)))
       throw nb::type_error("loadplan._native.compile_records: a checkpoint "
-                           "is not None or (name, type, ops)");
+                           "is not (name, type, ops)");
     auto &ck = r.checkpoints[i];
     Py_ssize_t size = 0;
     const char *name =
@@ -103,8 +102,22 @@ loadplan_python::CapturedRecords readRecords(std::string text,
     ck.begin = r.ops.size();
     Py_ssize_t nOps = PySequence_Fast_GET_SIZE(ops);
     for (Py_ssize_t k = 0; k < nOps; ++k) {
-      PyObject *op = recordSequence(PySequence_Fast_GET_ITEM(ops, k), "an op");
+      PyObject *op = PySequence_Fast_GET_ITEM(ops, k);
+      if (PyUnicode_Check(op)) { // a line of text
+        Py_ssize_t length = 0;
+        const char *line = PyUnicode_AsUTF8AndSize(op, &length);
+        if (!line)
+          throw nb::python_error();
+        r.ops.push_back(0);
+        r.ops.push_back(static_cast<int64_t>(r.lines.size()));
+        r.lines.emplace_back(line, length);
+        continue;
+      }
+      recordSequence(op, "an op");
       Py_ssize_t fields = PySequence_Fast_GET_SIZE(op);
+      if (fields == 0)
+        throw nb::type_error("loadplan._native.compile_records: an op is "
+                             "empty");
       r.ops.push_back(fields);
       for (Py_ssize_t f = 0; f < fields; ++f)
         r.ops.push_back(recordInt(PySequence_Fast_GET_ITEM(op, f), "an op"));
@@ -127,17 +140,21 @@ NB_MODULE(_native, m) {
           PyExc_RuntimeError, nullptr));
   m.attr("CompileError") = compileError;
 
-  auto finish = [](loadplan_python::CompileResult &r) {
-    if (!r.ok) {
-      std::string message;
-      for (const std::string &e : r.errors)
-        message += (message.empty() ? "" : "\n") + e;
-      nb::object exc = compileError(message);
-      exc.attr("diagnostics") = nb::cast(r.errors);
-      exc.attr("remarks") = nb::cast(r.remarks);
-      PyErr_SetObject(compileError.ptr(), exc.ptr());
-      throw nb::python_error();
-    }
+  // A result that is not ok, as CompileError with its diagnostics.
+  auto raise = [](const loadplan_python::CompileResult &r) {
+    std::string message;
+    for (const std::string &e : r.errors)
+      message += (message.empty() ? "" : "\n") + e;
+    nb::object exc = compileError(message);
+    exc.attr("diagnostics") = nb::cast(r.errors);
+    exc.attr("remarks") = nb::cast(r.remarks);
+    PyErr_SetObject(compileError.ptr(), exc.ptr());
+    throw nb::python_error();
+  };
+
+  auto finish = [raise](loadplan_python::CompileResult &r) {
+    if (!r.ok)
+      raise(r);
     nb::dict out;
     out["json"] = r.json;
     out["plan"] = nb::bytes(r.plan.data(), r.plan.size());
@@ -169,7 +186,7 @@ NB_MODULE(_native, m) {
       "compile_records",
       [finish](std::string text, nb::handle types, nb::handle checkpoints,
                const std::string &sourceName, bool printIR, bool printJson) {
-        loadplan_python::CapturedRecords records =
+        mlir::loadplan::RecordedModule records =
             readRecords(std::move(text), types, checkpoints);
         loadplan_python::CompileResult r;
         {
@@ -182,22 +199,44 @@ NB_MODULE(_native, m) {
       nb::arg("text"), nb::arg("types"), nb::arg("checkpoints"),
       nb::arg("source_name") = "<captured>", nb::arg("print_ir") = true,
       nb::arg("print_json") = true,
-      "Compiles a capture given as records (the ops in RECORD_OPS as int "
-      "tuples, built into the module without text) and text (storages, "
-      "targets and the checkpoints with other ops): `types` is a list of "
-      "(shape, dtype code), `checkpoints` one per name in arrival order, "
-      "(name, type, ops) or None for the next checkpoint of `text`. Returns "
+      "Compiles a capture given as records: `text` holds the storages and "
+      "targets, `types` is a list of (shape, dtype code), `checkpoints` one "
+      "(name, type, ops) per name in arrival order, each op a record (an "
+      "int tuple whose code indexes RECORD_OPS, built into the module "
+      "without text) or a str, a line of IR text of another op. Returns "
       "what compile() returns.");
 
+  m.def(
+      "records_ir",
+      [raise](std::string text, nb::handle types, nb::handle checkpoints,
+              const std::string &sourceName) {
+        mlir::loadplan::RecordedModule records =
+            readRecords(std::move(text), types, checkpoints);
+        loadplan_python::CompileResult r;
+        {
+          nb::gil_scoped_release release;
+          r = loadplan_python::printRecords(records, sourceName);
+        }
+        if (!r.ok)
+          raise(r);
+        return r.compiledIR;
+      },
+      nb::arg("text"), nb::arg("types"), nb::arg("checkpoints"),
+      nb::arg("source_name") = "<captured>",
+      "The IR text of what compile_records takes: the module its records "
+      "build, as MLIR prints it (every checkpoint, no members). Raises "
+      "CompileError for records that do not build.");
+
   {
+    using mlir::loadplan::RecordOp;
     nb::tuple names = nb::steal<nb::tuple>(
-        PyTuple_New(static_cast<Py_ssize_t>(loadplan_python::RecordOp::count)));
-    for (size_t i = 0; i < static_cast<size_t>(loadplan_python::RecordOp::count);
-         ++i)
+        PyTuple_New(static_cast<Py_ssize_t>(RecordOp::count)));
+    for (size_t i = 0; i < static_cast<size_t>(RecordOp::count); ++i)
       PyTuple_SET_ITEM(names.ptr(), i,
-                       PyUnicode_FromString(loadplan_python::kRecordOpNames[i]));
+                       PyUnicode_FromString(mlir::loadplan::kRecordOpNames[i]));
     m.attr("RECORD_OPS") = names;
   }
+  loadplan_python::defineAtenViews(m);
 
   m.attr("HAS_COMPILER") = loadplan_python::compilerMissing() == nullptr;
 

@@ -24,8 +24,16 @@ loadplan_python::compile(const std::string &, const std::string &, bool,
 }
 
 loadplan_python::CompileResult
-loadplan_python::compileRecords(const CapturedRecords &, const std::string &,
-                                bool, bool) {
+loadplan_python::compileRecords(const mlir::loadplan::RecordedModule &,
+                                const std::string &, bool, bool) {
+  CompileResult result;
+  result.errors.push_back(kMissing);
+  return result;
+}
+
+loadplan_python::CompileResult
+loadplan_python::printRecords(const mlir::loadplan::RecordedModule &,
+                              const std::string &) {
   CompileResult result;
   result.errors.push_back(kMissing);
   return result;

@@ -161,6 +161,44 @@ const void *loadplan_python::tensorData(PyObject *t, uint32_t deviceType, int32_
   return reinterpret_cast<const void *>(PyLong_AsUnsignedLongLong(data.ptr()));
 }
 
+/// The ints of tuple `tuple` (torch.Size, a stride) into `out`.
+static bool tupleInts(PyObject *tuple, std::vector<int64_t> &out) {
+  if (!PyTuple_Check(tuple))
+    return false;
+  Py_ssize_t n = PyTuple_GET_SIZE(tuple);
+  out.resize(n);
+  for (Py_ssize_t k = 0; k < n; ++k) {
+    out[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, k));
+    if (out[k] == -1 && PyErr_Occurred())
+      return fail();
+  }
+  return true;
+}
+
+bool loadplan_python::tensorShape(PyObject *t, bool layout, std::vector<int64_t> &sizes,
+                                  std::vector<int64_t> &strides, int64_t &offset,
+                                  uint32_t &dtype) {
+  static nb::object stride = tensorMethod(attrName("stride")),
+                    storageOffset = tensorMethod(attrName("storage_offset"));
+  const TorchTypes &torch = torchTypes();
+  auto *tensorType = reinterpret_cast<PyTypeObject *>(torch.tensorType.ptr());
+  if (!tensorType || !PyObject_TypeCheck(t, tensorType))
+    return false;
+  getters().resolve(tensorType);
+  nb::object d = property(t, kDtype), s = property(t, kShape);
+  if (!d.is_valid() || !s.is_valid() || !tupleInts(s.ptr(), sizes))
+    return fail();
+  auto code = torch.dtypeCodes.find(d.ptr());
+  dtype = code == torch.dtypeCodes.end() ? 0 : code->second;
+  if (!layout)
+    return true;
+  nb::object st = callOn(stride, t), off = callOn(storageOffset, t);
+  if (!st.is_valid() || !off.is_valid() || !tupleInts(st.ptr(), strides))
+    return fail();
+  offset = PyLong_AsLongLong(off.ptr());
+  return !(offset == -1 && PyErr_Occurred()) || fail();
+}
+
 /// `repr(o)`, or with `!repr` `str(o)`; a placeholder when that raises.
 static std::string textOf(PyObject *o, bool repr) {
   nb::object r = nb::steal(repr ? PyObject_Repr(o) : PyObject_Str(o));

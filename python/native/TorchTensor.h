@@ -50,6 +50,13 @@ std::string notDense(PyObject *t);
 std::string heldMismatch(PyObject *t, uint32_t dtype, const int64_t *shape, size_t rank,
                          const std::string &device);
 
+/// The shape and plan dtype code (0 for a dtype the plan lacks) of tensor
+/// `t` and, with `layout`, its strides and storage offset, in elements.
+/// False, with no Python error set, for an object that is no tensor or
+/// whose fields cannot be read.
+bool tensorShape(PyObject *t, bool layout, std::vector<int64_t> &sizes,
+                 std::vector<int64_t> &strides, int64_t &offset, uint32_t &dtype);
+
 /// `repr(o)` (or a placeholder when that raises).
 std::string reprOf(PyObject *o);
 

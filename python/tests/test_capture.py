@@ -83,6 +83,54 @@ def test_split_chunk_and_unbind_become_one_view_per_output(loader_model):
     ]
 
 
+def test_views_that_move_nothing_are_aliases(loader_model):
+    """The aten view table's special cases (include/loadplan/Records/
+    AtenViews.h, which the torch.export importer follows too): a transpose
+    below rank 2, a squeeze of no dim of size 1 and an expand to the same
+    shape are aliases; a flatten of a 0-d tensor is a view as [1]."""
+    def load(m, name, w):
+        if name == "v":
+            m.p.copy_(w.transpose(0, -1).unsqueeze(0).squeeze(1).expand(1, 4).flatten())
+        else:
+            m.s.copy_(w.flatten())
+
+    ir = captured(loader_model({"p": ((4,), BF16), "s": ((1,), BF16)}, load),
+                  ParamMeta("v", (4,), BF16), ParamMeta("x", (), BF16))
+    assert body(ir, "v") == [
+        "%0 = loadplan.alias %w : tensor<4xbf16>",
+        "%1 = loadplan.unsqueeze %0 dim 0 : tensor<4xbf16> -> tensor<1x4xbf16>",
+        "%2 = loadplan.alias %1 : tensor<1x4xbf16>",
+        "%3 = loadplan.alias %2 : tensor<1x4xbf16>",
+        "%4 = loadplan.view %3 : tensor<1x4xbf16> -> tensor<4xbf16>",
+        "loadplan.copy %4 to @t0 <offset = 0, shape = [4], stride = [1]> as bf16 : tensor<4xbf16>",
+    ]
+    assert body(ir, "x")[0] == "%0 = loadplan.view %w : tensor<bf16> -> tensor<1xbf16>"
+
+
+def test_other_views_are_the_layout_torch_computed(loader_model):
+    """diagonal and unfold are as_strided of the offset and strides torch
+    computed (as any view the aten view table does not name would be); a
+    view into another dtype is no layout of the elements (an apply)."""
+    def load(m, name, w):
+        if name == "d":
+            m.p.copy_(w.diagonal(1))
+        elif name == "u":
+            m.q.copy_(w.unfold(0, 2, 2))
+        else:
+            m.r.copy_(w.view(torch.int16).view(BF16))
+
+    ir = captured(loader_model({"p": ((3,), BF16), "q": ((3, 2), BF16), "r": ((4,), BF16)}, load),
+                  ParamMeta("d", (4, 4), BF16), ParamMeta("u", (6,), BF16),
+                  ParamMeta("b", (4,), BF16))
+    assert body(ir, "d")[0] == (
+        "%0 = loadplan.as_strided %w <offset = 1, shape = [3], stride = [5]> "
+        ": tensor<4x4xbf16> -> tensor<3xbf16>")
+    assert body(ir, "u")[0] == (
+        "%0 = loadplan.as_strided %w <offset = 0, shape = [3, 2], stride = [2, 1]> "
+        ": tensor<6xbf16> -> tensor<3x2xbf16>")
+    assert body(ir, "b")[0].startswith('%0 = loadplan.apply "aten.view.dtype"(%w)')
+
+
 def test_full_slice_ends_at_int64_max_and_step_is_kept(loader_model):
     ir = captured(loader_model({"p": ((2, 3), BF16)}, lambda m, n, w: m.p.copy_(w[::2])),
                   ParamMeta("w", (4, 3), BF16))
@@ -140,13 +188,13 @@ def test_other_ops_run_on_meta_and_write_nothing_real(loader_model):
     m.p.data.fill_(1)
     ir = captured(m, ParamMeta("w", (4,), BF16))
     assert body(ir, "w") == [
-        'loadplan.inplace_write "aten.add_.Tensor" (%w) into @t0 : tensor<4xbf16>',
-        'loadplan.write_other "aten.copy_" (%w) : tensor<4xbf16>',
-        '%0 = loadplan.apply "aten.mul.Tensor" (%w) : (tensor<4xbf16>) -> tensor<4xbf16>',
-        '%1 = loadplan.apply "aten.mul_.Tensor" (%w) : (tensor<4xbf16>) -> tensor<4xbf16>',
-        '%2, %3 = loadplan.apply "aten.sort" (%1) : (tensor<4xbf16>) -> (tensor<4xbf16>, tensor<4xi64>)',
-        '%4 = loadplan.apply "aten.add.Tensor" (%0, %2) : (tensor<4xbf16>, tensor<4xbf16>) -> tensor<4xbf16>',
-        "loadplan.copy %4 to @t0 <offset = 0, shape = [4], stride = [1]> as bf16 : tensor<4xbf16>",
+        'loadplan.inplace_write "aten.add_.Tensor"(%w) into @t0 : tensor<4xbf16>',
+        'loadplan.write_other "aten.copy_"(%w) : tensor<4xbf16>',
+        '%0 = loadplan.apply "aten.mul.Tensor"(%w) : (tensor<4xbf16>) -> tensor<4xbf16>',
+        '%1 = loadplan.apply "aten.mul_.Tensor"(%w) : (tensor<4xbf16>) -> tensor<4xbf16>',
+        '%2:2 = loadplan.apply "aten.sort"(%1) : (tensor<4xbf16>) -> (tensor<4xbf16>, tensor<4xi64>)',
+        '%3 = loadplan.apply "aten.add.Tensor"(%0, %2#0) : (tensor<4xbf16>, tensor<4xbf16>) -> tensor<4xbf16>',
+        "loadplan.copy %3 to @t0 <offset = 0, shape = [4], stride = [1]> as bf16 : tensor<4xbf16>",
     ]
     assert torch.equal(m.p, torch.ones(4, dtype=BF16))  # add_ ran on meta only
 
@@ -161,7 +209,7 @@ def test_ops_combining_names_list_the_other_names(loader_model):
     ir = captured(loader_model({"p": ((4,), BF16)}, load),
                   ParamMeta("a", (2,), BF16), ParamMeta("b", (2,), BF16))
     assert body(ir, "a") == [
-        '%0 = loadplan.apply "aten.cat" (%w) {names = ["b"]} : (tensor<2xbf16>) -> tensor<4xbf16>',
+        '%0 = loadplan.apply "aten.cat"(%w) {names = ["b"]} : (tensor<2xbf16>) -> tensor<4xbf16>',
         "loadplan.copy %0 to @t0 <offset = 0, shape = [4], stride = [1]> as bf16 : tensor<4xbf16>",
     ]
     assert body(ir, "b") == []
@@ -261,7 +309,7 @@ def test_constant_writes_happen_and_reads_of_written_targets_are_recorded(loader
 def test_ops_failing_on_meta_stop_the_name(loader_model):
     ir = captured(loader_model({"p": ((2,), F32)}, lambda m, n, w: m.p.copy_(w[w.nonzero()])),
                   ParamMeta("w", (2,), F32))
-    assert body(ir, "w") == ['loadplan.meta_failure "aten.nonzero" (%w) : tensor<2xf32>']
+    assert body(ir, "w") == ['loadplan.meta_failure "aten.nonzero"(%w) : tensor<2xf32>']
 
 
 def test_destination_with_no_whole_element_offset_gets_the_element_size_reason():
@@ -277,9 +325,9 @@ def test_destination_with_no_whole_element_offset_gets_the_element_size_reason()
 
     metas = [ParamMeta("w", (2,), F32)]
     assert body(captured(Unaligned(), *metas), "w") == [
-        'loadplan.apply "aten.copy_" (%w) {reason = "copies into a destination viewed '
+        'loadplan.apply "aten.copy_"(%w) {reason = "copies into a destination viewed '
         'with another element size"} : (tensor<2xf32>) -> ()',
-        'loadplan.inplace_write "aten.copy_" (%w) into @t0 : tensor<2xf32>',
+        'loadplan.inplace_write "aten.copy_"(%w) into @t0 : tensor<2xf32>',
     ]
     entry = loadplan.plan_loads(Unaligned(), metas).entries["w"]
     assert (entry.kind, entry.reason) == (
@@ -348,7 +396,7 @@ def test_names_are_escaped_in_the_ir(loader_model):
     name = 'odd "name" \\ with é and\nnewline'
     m = loader_model({"p": ((2,), F32)}, lambda m, n, w: m.p.copy_(w))
     ir = captured(m, ParamMeta(name, (2,), F32))
-    assert 'loadplan.checkpoint "odd \\"name\\" \\\\ with \\C3\\A9 and\\0Anewline"' in ir
+    assert 'loadplan.checkpoint "odd \\22name\\22 \\\\ with \\C3\\A9 and\\0Anewline"' in ir
     plan = loadplan.plan_loads(m, [ParamMeta(name, (2,), F32)])
     assert plan.entries[name].kind == "direct"
 

@@ -275,6 +275,42 @@ def test_cat_and_stack_are_imported_as_capture_records_them(tmp_path, fn, expect
     assert_same_plan(captured, json.loads(compile_export(path)["json"]))
 
 
+@pytest.mark.parametrize("op,fn,wshape,pshape,expected", [
+    ("aten.swapaxes", lambda p, w: p.copy_(w.swapaxes(0, 1)), (4, 6), (6, 4),
+     "%0 = loadplan.transpose %w dim0 0 dim1 1 :"),
+    # swapdims names its dims as transpose does, not as swapaxes does
+    ("aten.swapdims", lambda p, w: p.copy_(w.swapdims(1, 0)), (4, 6), (6, 4),
+     "%0 = loadplan.transpose %w dim0 1 dim1 0 :"),
+    ("aten.movedim", lambda p, w: p.copy_(w.movedim(2, 0)), (2, 3, 4), (4, 2, 3),
+     "%0 = loadplan.as_strided %w <offset = 0, shape = [4, 2, 3], stride = [1, 12, 4]> :"),
+    ("aten.diagonal", lambda p, w: p.copy_(w.diagonal(1)), (4, 4), (3,),
+     "%0 = loadplan.as_strided %w <offset = 1, shape = [3], stride = [5]> :"),
+    ("aten.unfold", lambda p, w: p.copy_(w.unfold(0, 2, 2)), (6,), (3, 2),
+     "%0 = loadplan.as_strided %w <offset = 0, shape = [3, 2], stride = [2, 1]> :"),
+    ("aten.expand_as", lambda p, w: p.copy_(w.expand_as(p)), (1, 4), (3, 4),
+     "%0 = loadplan.expand %w :"),
+    ("aten.view_as", lambda p, w: p.copy_(w.view_as(p)), (12,), (2, 6),
+     "%0 = loadplan.view %w :"),
+    # a transpose below rank 2 moves nothing, for capture as for the importer
+    ("aten.transpose", lambda p, w: p.copy_(w.transpose(0, -1)), (4,), (4,),
+     "%0 = loadplan.alias %w :"),
+], ids=["swapaxes", "swapdims", "movedim", "diagonal", "unfold", "expand_as", "view_as",
+        "transpose-1d"])
+def test_views_the_aten_view_table_names_are_imported_by_it(tmp_path, op, fn, wshape, pshape,
+                                                            expected):
+    """Views torch.export keeps as themselves in a program with its writes
+    in place (functionalization decomposes some of them), lowered by the
+    aten view table capture follows too."""
+    f, metas = patterns.single("p", pshape, "w", wshape, fn)
+    path = tmp_path / "view.pt2"
+    program = loadplan.export_loader(f(), metas, path, functionalize=False)
+    assert op in {str(n.target).rsplit(".", 1)[0] for n in program.graph.nodes}
+    ir = import_export(path)
+    assert expected in ir, ir
+    captured = json.loads(loadplan.plan_loads(f(), metas).json)
+    assert_same_plan(captured, json.loads(compile_export(path)["json"]))
+
+
 # ------------------------------------------------------ the command line
 
 

@@ -236,6 +236,49 @@ def test_gpt_oss_experts_permute_contiguous():
           boxes={"experts.gate_up_proj": [((0, e), (0, h), (part, i2))]})
 
 
+@pytest.mark.parametrize("how", ["swapaxes", "swapdims", "transpose_negative"])
+def test_swapaxes_and_swapdims_are_transposes(how):
+    load = {"swapaxes": lambda p, w: p.copy_(w.swapaxes(0, 1)),
+            "swapdims": lambda p, w: p.copy_(w.swapdims(1, 0)),
+            "transpose_negative": lambda p, w: p.copy_(w.transpose(-1, -2))}[how]
+    f, metas = single("p", (6, 4), "w", (4, 6), load)
+    check(f, metas, {"w": "direct"}, boxes={"w": [((0, 4), (0, 6))]})
+
+
+def test_movedim_is_a_permute():
+    f, metas = single("p", (4, 2, 3), "w", (2, 3, 4), lambda p, w: p.copy_(w.movedim(2, 0)))
+    check(f, metas, {"w": "direct"}, boxes={"w": [((0, 2), (0, 3), (0, 4))]})
+
+
+def test_transpose_of_a_1d_tensor_is_the_tensor():
+    f, metas = single("p", (4,), "w", (4,), lambda p, w: p.copy_(w.transpose(0, -1)))
+    check(f, metas, {"w": "direct"}, boxes={"w": [((0, 4),)]})
+
+
+# ------------------------------------ views with the layout torch computed
+
+
+def test_diagonal_is_one_box_per_element():
+    f, metas = single("p", (3,), "w", (4, 4), lambda p, w: p.copy_(w.diagonal(1)))
+    check(f, metas, {"w": "direct"}, boxes={"w": [((i, i + 1), (i + 1, i + 2)) for i in range(3)]})
+
+
+def test_unfold_into_whole_windows():
+    f, metas = single("p", (3, 2), "w", (6,), lambda p, w: p.copy_(w.unfold(0, 2, 2)))
+    check(f, metas, {"w": "direct"}, boxes={"w": [((0, 6),)]})
+
+
+def test_expand_as_and_view_as():
+    def f():
+        return Tiny({"p": ((3, 4), BF16), "q": ((2, 6), BF16)}, {
+            "row": lambda m, w: m.p.data.copy_(w.expand_as(m.p)),
+            "flat": lambda m, w: m.q.data.copy_(w.view_as(m.q)),
+        })
+
+    check(f, [meta("row", 1, 4), meta("flat", 12)], {"row": "direct", "flat": "direct"},
+          boxes={"row": [((0, 1), (0, 4))], "flat": [((0, 12),)]})
+
+
 # ------------------------------------------- view / reshape / flatten
 
 

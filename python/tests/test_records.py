@@ -61,14 +61,8 @@ def test_every_record_op_builds_what_its_text_parses_to(loader_model):
 
 
 def _text_of(text: str, types, checkpoints) -> str:
-    """The IR text the records stand for (all built, none text)."""
-    lines = text.rstrip().removesuffix("}").splitlines()
-    for name, t, ops in checkpoints:
-        lines.append(f"  loadplan.checkpoint {_ir.string(name)} : "
-                     f"{_ir._type_text(types[t])} (%w) {{")
-        lines += [f"    {_ir.record_line(op, types)}" for op in ops]
-        lines.append("  }")
-    return "\n".join(lines + ["}"]) + "\n"
+    """The IR text the records stand for, as MLIR prints what they build."""
+    return _native.records_ir(text, types, checkpoints)
 
 
 def test_records_torch_does_not_make_build_as_their_text_parses(loader_model):
@@ -101,7 +95,7 @@ def test_records_torch_does_not_make_build_as_their_text_parses(loader_model):
 def test_a_name_with_another_op_goes_as_text_in_its_place(loader_model):
     def load(m, name, w):
         if name == "sum":
-            m.p.copy_(w + 1)  # an apply: the name is text, and falls back
+            m.p.copy_(w + 1)  # an apply: a line of text, and the name falls back
         else:
             getattr(m, name).copy_(w)
 
@@ -110,8 +104,10 @@ def test_a_name_with_another_op_goes_as_text_in_its_place(loader_model):
     params = {"x": ((4,), BF16), "p": ((4,), BF16), "y": ((4,), BF16)}
     captured = capture(loader_model(params, load), metas)
     text, _, checkpoints = captured.records()
-    assert [c if c is None else c[0] for c in checkpoints] == ["x", None, "y"]
-    assert text.count("loadplan.checkpoint") == 1 and '"sum"' in text
+    assert [c[0] for c in checkpoints] == ["x", "sum", "y"]
+    texts = [[op for op in c[2] if isinstance(op, str)] for c in checkpoints]
+    assert texts[0] == texts[2] == [] and texts[1][0].startswith("%0 = loadplan.apply")
+    assert "loadplan.checkpoint" not in text
     assert compile_capture(captured)["plan"] == compile_ir(captured.ir)["plan"]
     plan = loadplan.plan_loads(loader_model(params, load), metas)
     assert [plan.entries[n].kind for n in ("x", "sum", "y")] == ["direct", "fallback", "direct"]
@@ -164,12 +160,12 @@ def test_bad_records_are_refused_with_a_reason(loader_model):
     bad[0] = [cks[0][0], cks[0][1], [tuple(first[:5]) + (1 << 70, 0, 4, 1)]]
     _refused(text, types, bad, "other than a 64-bit int")
 
-    _refused(text, types, cks + [None], "more text checkpoints named than the text holds")
+    _refused(text, types, cks + [None], "not \\(name, type, ops\\)")
     _refused(text, types + [((2,), 999)], cks, "no element type for dtype code 999")
     # The largest code a record may carry: refused without a table that big.
     _refused(text, types + [((2,), 2**32 - 1)], cks,
              "no element type for dtype code 4294967295")
-    _refused(text, types, [("a", 0)], "not None or \\(name, type, ops\\)")
+    _refused(text, types, [("a", 0)], "not \\(name, type, ops\\)")
 
 
 def test_a_copy_record_must_name_a_declared_target(loader_model):
@@ -276,3 +272,19 @@ def test_names_another_rank_loads_are_members_too(loader_model):
     assert out["plan"] == compile_ir(captured.ir)["plan"]
     plan = loadplan.plan_loads(loader_model({"p": ((8,), BF16)}, load), metas)
     assert [plan.entries[m.name].kind for m in metas] == ["direct"] * 2 + ["unneeded"] * 4
+
+
+def test_lower_view_reads_a_calls_arguments_by_position_or_name():
+    """The capture's way to the aten view table: a call's args (``self``
+    first) and kwargs, as torch dispatches them; an argument that is no int
+    is refused, naming it."""
+    w = torch.empty(4, 6, dtype=BF16, device="meta")
+    index = _native.ATEN_VIEWS.index("aten.slice")
+    out = w[:, 2:]
+    by_position = _native.lower_view(index, w, out, (w, 1, 2), {})
+    by_name = _native.lower_view(index, w, out, (w,), {"dim": 1, "start": 2})
+    assert by_position == by_name == [(_ir.OP_CODES["slice"], 1, 2, (1 << 63) - 1, 1)]
+    with pytest.raises(TypeError, match="aten.slice's start is not a 64-bit int"):
+        _native.lower_view(index, w, out, (w, 1, "two"), {})
+    view = _native.ATEN_VIEWS.index("aten.view")
+    assert _native.lower_view(view, w, w.view(torch.int16), (w, torch.int16), {}) is None

@@ -1,15 +1,17 @@
 """Capture: run ``model.load_weights`` once over data-free traces, on the
-model's real tensors, and write what it did as loadplan IR text.
+model's real tensors, and record what it did as loadplan IR.
 
 Each declared checkpoint name arrives as a :class:`TraceTensor`: a wrapper
 tensor on the meta device, with the declared shape and dtype and no data.
 Every op the loader applies to a trace is recorded in that name's
 ``loadplan.checkpoint`` block:
 
-- torch view ops become the matching ``loadplan`` view op (``slice``,
-  ``select``, ``view``, ``transpose``, ...), split/chunk/unbind one
-  slice/select per output, and any other same-dtype view an ``as_strided``
-  with the layout torch computed;
+- torch view ops become what the aten view table says
+  (include/loadplan/Records/AtenViews.h, which the torch.export importer
+  follows too): the matching ``loadplan`` view op (``slice``, ``select``,
+  ``view``, ``transpose``, ...), split/chunk/unbind one slice/select per
+  output, and diagonal, unfold or any other same-dtype view an
+  ``as_strided`` with the layout torch computed;
 - ``clone``/``contiguous()``/same-dtype ``_to_copy`` become ``clone``, a
   dtype change ``convert``;
 - ``dest.copy_(trace)`` into a parameter or buffer (a *target*) becomes
@@ -28,8 +30,11 @@ under :class:`_TargetGuard`: constant writes into targets (``fill_``,
 ``zero_``) happen and are recorded as ``constant_write``; a real op that
 reads a target is recorded as ``read_target``.
 
-The compiler (``loadplan._native``, or ``loadplan-opt --loadplan-pipeline``
-on the text) decides what is direct and why the rest falls back.
+The view ops and copies are records (int tuples), the rest lines of IR
+text; the compiler builds the module of both (``loadplan._native``), and
+the IR text is what MLIR's printer prints of it (``Capture.ir``, for
+``loadplan-opt --loadplan-pipeline``). The compiler decides what is direct
+and why the rest falls back.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What the capture knows of aten ops: which read a tensor's values, which
-read only its metadata, which write a constant, and helpers over their
-arguments."""
+read only its metadata, which write a constant, which the aten view table
+lowers into records, and helpers over their arguments."""
 
 from __future__ import annotations
 
@@ -8,8 +8,21 @@ from typing import Any
 
 import torch
 
+from .. import _native
+
 aten = torch.ops.aten
 META = torch.device("meta")
+
+# The aten view table (include/loadplan/Records/AtenViews.h, which the
+# torch.export importer follows too) by packet: the index of each op it
+# holds, for _native.lower_view. Ops this torch lacks are left out.
+VIEW_OPS: dict[Any, int] = {
+    op: index
+    for index, packet in enumerate(_native.ATEN_VIEWS)
+    if (op := getattr(aten, packet.removeprefix("aten."), None)) is not None
+}
+# Any other view in its input's dtype is the as_strided torch computed.
+ANY_VIEW = VIEW_OPS[aten.as_strided]
 
 def op_name(func: Any) -> str:
     """``aten.mul.Tensor``; the default overload without its suffix."""
@@ -54,6 +67,20 @@ CONSTANT_WRITES = {aten.fill_, aten.zero_, aten.copy_}
 
 def normalize(dim: int, rank: int) -> int:
     return dim + rank if dim < 0 else dim
+
+
+_REQUIRED = object()
+
+
+def arg(args: tuple, kwargs: dict, i: int, name: str, default: Any = _REQUIRED) -> Any:
+    """Argument ``i`` (after the input) of an aten op, by position or name."""
+    if len(args) > i + 1:
+        return args[i + 1]
+    if name in kwargs:
+        return kwargs[name]
+    if default is _REQUIRED:
+        raise TypeError(f"load plan: missing argument {name!r}")
+    return default
 
 
 def written_args(func: Any, args: tuple, kwargs: dict) -> list[tuple[int, Any]]:

@@ -1,6 +1,7 @@
 """Traces: the data-free stand-ins for incoming checkpoint tensors, and the
 sink that records what a loader does with them as loadplan IR (records for
-the view ops and copies, lines of text for the rest)."""
+the view ops and copies, lines of text for the rest). Which records a view
+becomes is the aten view table's (``_native.lower_view``)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,17 @@ from typing import Any, NoReturn
 import torch
 import torch.utils._pytree as pytree
 
-from .. import _ir
+from .. import _ir, _native
 from torch.utils._python_dispatch import _disable_current_modes as no_dispatch
 
 from .ops import (
+    ANY_VIEW,
     CONSTANT_WRITES,
     METADATA_QUERIES,
     META,
     VALUE_READS,
+    VIEW_OPS,
+    arg,
     aten,
     leaves,
     map_args,
@@ -27,7 +31,6 @@ from .ops import (
     written_args,
 )
 from .targets import Targets, storage_key
-from .views import VIEW_HANDLERS, _arg
 
 # The reason a copy gets when its destination cannot be written as elements
 # of its own dtype relative to any target (see Sink._copy).
@@ -47,8 +50,9 @@ class TargetRead:
 
 class Record:
     """One checkpoint name's block: the ops its traces went through, each a
-    record (an int tuple, see ``_ir.record_line``) or a line of IR text.
-    ``text`` says whether any is text."""
+    record (an int tuple, include/loadplan/Records/RecordOps.h) or a line of
+    IR text (a ``TargetRead`` until the capture ends). ``text`` says whether
+    any is text."""
 
     __slots__ = ("name", "shape", "dtype", "lines", "text", "_next", "checkpoint")
 
@@ -287,19 +291,13 @@ class Sink:
         src = args[0] if args else None
         only_src = isinstance(src, TraceTensor) and len(traces) == 1
         if only_src:
-            handler = VIEW_HANDLERS.get(packet)
-            if handler is not None:
-                return handler(self, func, src, args, kwargs)
-            if packet is aten.detach_:
-                return src
-            if packet is aten.clone:
-                return self._unary(func, src, args, kwargs, "clone")
-            if packet is aten._to_copy:
-                return self._to_copy(func, src, args, kwargs)
-            if func.is_view:
-                view = self._generic_view(func, src, args, kwargs)
+            index = VIEW_OPS.get(packet)
+            if index is not None or func.is_view:
+                view = self._view(index, func, src, args, kwargs)
                 if view is not None:
                     return view
+            elif packet is aten.detach_:
+                return src
         return self.apply(func, args, kwargs, traces)
 
     def run_meta(self, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -308,10 +306,38 @@ class Sink:
         capture's mode out of the way already."""
         return func(*map_args(to_meta, args), **{k: to_meta(v) for k, v in kwargs.items()})
 
-    def meta_view(self, func: Any, src: TraceTensor, args: tuple, kwargs: dict) -> Any:
-        """A view op of ``src`` (its first argument; the others are ints
-        and lists of them) on its meta tensor."""
-        return func(src._meta, *args[1:], **kwargs)
+    def _view(self, index: int | None, func: Any, src: TraceTensor, args: tuple,
+              kwargs: dict) -> Any:
+        """A view or element copy of ``src`` (its only trace argument), op
+        ``index`` of the aten view table, or with None any other view: run
+        on its meta tensor, and recorded as the record ops the table lowers
+        it to, one per output. None for a call the table does not hold as
+        such (a view into another dtype, a copy into a dtype the IR lacks):
+        that is an ``apply``."""
+        if index is None or kwargs:
+            # Tensors or a device among the arguments (.to(device): the
+            # trace stays on meta).
+            out = self.run_meta(func, args, kwargs)
+        else:  # ints and lists of them: nothing to map
+            out = func(src._meta, *args[1:])
+        lowered = _native.lower_view(ANY_VIEW if index is None else index, src._meta, out,
+                                     args, kwargs)
+        if lowered is None:
+            return None
+        in_type = self.type_id(src.shape, src.dtype)
+        if isinstance(out, torch.Tensor):
+            return self._record_view(src, in_type, out, lowered[0])
+        return type(out)(self._record_view(src, in_type, o, r) for o, r in zip(out, lowered))
+
+    def _record_view(self, src: TraceTensor, in_type: int, out: torch.Tensor,
+                     lowered: tuple[int, ...]) -> TraceTensor:
+        """Records ``%r = loadplan.<op> %src <ints> : in -> out`` for
+        ``lowered``, ``(code, ints...)``."""
+        record = src._record
+        value = record.fresh()
+        record.lines.append((lowered[0], value, src._num, in_type,
+                             self.type_id(out.shape, out.dtype), *lowered[1:]))
+        return TraceTensor(self, record, value, out)
 
     def _new(self, record: Record, num: int, meta: torch.Tensor) -> TraceTensor:
         return TraceTensor(self, record, num, meta)
@@ -319,25 +345,8 @@ class Sink:
     def view_op(self, src: TraceTensor, out: torch.Tensor, op: str, *attrs: int) -> TraceTensor:
         """Records ``%r = loadplan.<op> %src <attrs> : in -> out``; ``attrs``
         are the op's ints (RecordOps.h)."""
-        record = src._record
-        value = record.fresh()
-        record.lines.append(
-            (_ir.OP_CODES[op], value, src._num, self.type_id(src.shape, src.dtype),
-             self.type_id(out.shape, out.dtype), *attrs)
-        )
-        return self._new(record, value, out)
-
-    def _unary(self, func, src, args, kwargs, op: str) -> TraceTensor:
-        out = self.run_meta(func, args, kwargs)
-        return self.view_op(src, out, op)
-
-    def _to_copy(self, func, src: TraceTensor, args, kwargs) -> TraceTensor:
-        out = self.run_meta(func, args, {**kwargs, "device": META})
-        if out.dtype == src.dtype:
-            return self.view_op(src, out, "clone")
-        if not _ir.has_element_type(out.dtype):
-            return self.apply(func, args, kwargs, [src])
-        return self.view_op(src, out, "convert")
+        return self._record_view(src, self.type_id(src.shape, src.dtype), out,
+                                 (_ir.OP_CODES[op], *attrs))
 
     def _cat(self, func, args, kwargs, traces: list) -> TraceTensor | None:
         """``torch.cat`` / ``torch.stack`` of views of one incoming tensor,
@@ -358,7 +367,7 @@ class Sink:
         rank = out.dim()
         if rank == 0 or any(t.dim() != (rank - 1 if stack else rank) for t in tensors):
             return None  # legacy cat of 1-d empty tensors
-        dim = normalize(_arg(args, kwargs, 0, "dim", 0), rank)
+        dim = normalize(arg(args, kwargs, 0, "dim", 0), rank)
         if stack:
             tensors = [self.view_op(t, t._meta.unsqueeze(dim), "unsqueeze", dim)
                        for t in tensors]
@@ -372,21 +381,6 @@ class Sink:
             f"{_ir.tensor_type(out.shape, out.dtype)}",
         )
         return self._new(record, value, out)
-
-    def _generic_view(self, func, src: TraceTensor, args, kwargs):
-        """Any other view in the input's dtype, as the as_strided torch
-        computed (one per output)."""
-        out = self.run_meta(func, args, kwargs)
-        outs = out if isinstance(out, (list, tuple)) else [out]
-        if not outs or not all(
-            isinstance(o, torch.Tensor) and o.dtype == src.dtype for o in outs
-        ):
-            return None
-        views = [
-            self.view_op(src, o, "as_strided", o.storage_offset(), *o.stride())
-            for o in outs
-        ]
-        return type(out)(views) if isinstance(out, (list, tuple)) else views[0]
 
     def _copy(self, dest: torch.Tensor, src: Any, func, args, kwargs) -> torch.Tensor:
         """``dest.copy_(src)`` with a real ``dest`` and a trace ``src``."""
@@ -587,42 +581,17 @@ class Sink:
 
     # -- the IR --------------------------------------------------------------
 
-    def _block(self, name: str, record: Record | None, meta: Any) -> list[str]:
-        lines = [
-            f"  loadplan.checkpoint {_ir.string(name)} "
-            f": {_ir.tensor_type(tuple(meta.shape), meta.dtype)} (%w) {{"
-        ]
-        for line in record.lines if record is not None else ():
-            if isinstance(line, tuple):
-                line = _ir.record_line(line, self.types)
-            elif isinstance(line, TargetRead):
-                if line.storage not in self.written:
-                    continue
-                line = line.line
-            lines.append(f"    {line}")
-        lines.append("  }")
-        return lines
-
-    def _module(self, title: str, blocks: list[list[str]]) -> str:
-        """A module of the storages, the targets and ``blocks``."""
-        lines = [f"// {title}", "module {"]
-        lines += [f"  {line}" for line in self.targets.ir()]
-        for block in blocks:
-            lines += block
-        lines.append("}")
-        return "\n".join(lines) + "\n"
-
-    def ir(self, title: str) -> str:
-        """The whole capture as IR text."""
-        return self._module(title, [self._block(name, self.records.get(name), meta)
-                                    for name, meta in self.metas.items()])
+    def _items(self, record: Record) -> list[tuple[int, ...] | str]:
+        """A block with text, as compile_records takes it: its records and
+        lines, with the reads of targets no name writes left out."""
+        return [line.line if isinstance(line, TargetRead) else line
+                for line in record.lines
+                if not isinstance(line, TargetRead) or line.storage in self.written]
 
     def records_for_compiler(self, title: str) -> tuple[str, list, list]:
-        """What ``_native.compile_records`` takes: the text of the storages,
-        the targets and every checkpoint with a text line; the type table;
-        and per name in arrival order ``(name, type, records)``, or None for
-        the next checkpoint of the text."""
-        blocks: list[list[str]] = []
+        """What ``_native.compile_records`` takes: the text of the storages
+        and the targets; the type table; and per name in arrival order
+        ``(name, type, ops)``, its records and lines of text."""
         records = self.records
         # Nearly every name is a record's own tuple; the rest are looked at
         # again below.
@@ -633,10 +602,18 @@ class Sink:
         names = list(self.metas)
         for index in [i for i, c in enumerate(checkpoints) if c is None]:
             name = names[index]
-            meta = self.metas[name]
             record = records.get(name)
             if record is None:  # its loader never saw it
+                meta = self.metas[name]
                 checkpoints[index] = (name, self.type_id(tuple(meta.shape), meta.dtype), ())
             else:
-                blocks.append(self._block(name, record, meta))
-        return self._module(title, blocks), self.types, checkpoints
+                checkpoints[index] = (name, record.checkpoint[1], self._items(record))
+        lines = [f"// {title}", "module {"]
+        lines += [f"  {line}" for line in self.targets.ir()]
+        lines.append("}")
+        return "\n".join(lines) + "\n", self.types, checkpoints
+
+    def ir(self, title: str) -> str:
+        """The whole capture as IR text: the module its records build, as
+        MLIR prints it."""
+        return f"// {title}\n" + _native.records_ir(*self.records_for_compiler(title))

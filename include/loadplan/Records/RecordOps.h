@@ -1,11 +1,13 @@
-//===- RecordOps.h - The ops the capture records as integers ----*- C++ -*-===//
+//===- RecordOps.h - The ops front ends record as integers ------*- C++ -*-===//
 //
-// The capture (python/loadplan/capture/trace.py) records the ops that make
-// up nearly every loader, the view ops and copy_, as tuples of integers;
-// the compiler builds them straight into the module (compileRecords) and
-// Python spells them as IR text only when the text is asked for. This list
-// is the one table of their codes: a code is the op's index here, and
-// Python reads it as loadplan._native.RECORD_OPS.
+// Both front ends, the capture (python/loadplan/capture/trace.py) and the
+// torch.export importer (lib/Import), record the ops that make up nearly
+// every loader, the view ops and copy_, as tuples of integers; the record
+// builder (RecordBuilder.h) makes the dialect's ops of them, and the IR text
+// of a record is what MLIR's printer prints of that op. This list is the
+// one table of their codes: a code is the op's index here, and Python reads
+// it as loadplan._native.RECORD_OPS. Which aten op becomes which records is
+// AtenViews.h.
 //
 // Each op is X(name, ints) with ints as kRecordOpInts says. An entry is
 // (code, fields...):
@@ -23,12 +25,13 @@
 //   copy       source, source type, target index, dtype code, offset,
 //              shape..., stride...
 // Values count from 0 in their checkpoint's block; -1 is the incoming
-// tensor. Types index the records' type table.
+// tensor. Types index the records' type table. Plain C++: the importer's
+// LibTorch side includes it too.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef LOADPLAN_PYTHON_RECORDOPS_H
-#define LOADPLAN_PYTHON_RECORDOPS_H
+#ifndef LOADPLAN_RECORDS_RECORDOPS_H
+#define LOADPLAN_RECORDS_RECORDOPS_H
 
 #define LOADPLAN_RECORD_OPS(X)                                                 \
   X(slice, 4)                                                                  \
@@ -48,7 +51,7 @@
   X(clone, 0)                                                                  \
   X(copy, kAnyInts)
 
-namespace loadplan_python {
+namespace mlir::loadplan {
 
 /// How many ints a view op takes after its types: kAnyInts for a list of
 /// dims, kRankPlusOne for an offset and a stride per result dim.
@@ -73,6 +76,6 @@ inline constexpr int kRecordOpInts[] = {
 #undef LOADPLAN_RECORD_OP_INTS_
 };
 
-} // namespace loadplan_python
+} // namespace mlir::loadplan
 
-#endif // LOADPLAN_PYTHON_RECORDOPS_H
+#endif // LOADPLAN_RECORDS_RECORDOPS_H

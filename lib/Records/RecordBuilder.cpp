@@ -1,59 +1,61 @@
-//===- RecordBuilder.cpp - Capture records into a module --------*- C++ -*-===//
+//===- RecordBuilder.cpp - A recorded loader into a module ------*- C++ -*-===//
 //
-// The in-memory half of compileRecords: each recorded op becomes the op its
-// IR text would parse to (RecordOps.h has the fields), without the text.
+// Each record becomes the op it stands for (RecordOps.h has the fields),
+// without text; each line of text is parsed in its place, among the values
+// the records before it made.
 //
 //===----------------------------------------------------------------------===//
 
-#include "RecordBuilder.h"
-#include "RecordOps.h"
+#include "loadplan/Records/RecordBuilder.h"
+#include "loadplan/Records/RecordOps.h"
 
 #include "loadplan/Dialect/LoadPlan/IR/Geometry.h"
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanAttrs.h"
+#include "loadplan/Dialect/LoadPlan/IR/LoadPlanDialect.h"
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanOps.h"
 #include "loadplan/Transforms/Plan.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
+#include "mlir/Parser/Parser.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/Twine.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <optional>
 
 using namespace mlir;
 using namespace mlir::loadplan;
-using loadplan_python::CapturedRecords;
-using loadplan_python::kRecordOpNames;
-using loadplan_python::RecordOp;
 
 namespace {
 
 /// Builds one module's recorded checkpoints.
 class RecordBuilder {
 public:
-  RecordBuilder(ModuleOp module, const CapturedRecords &records,
-                bool nameLocations, bool groupNames)
-      : module(module), records(records), nameLocations(nameLocations),
-        groupNames(groupNames), b(module.getContext()),
-        dtypes(module.getContext()) {}
+  RecordBuilder(ModuleOp module, const RecordedModule &records,
+                const RecordBuildOptions &options)
+      : module(module), records(records), options(options),
+        b(module.getContext()), dtypes(module.getContext()) {}
 
   LogicalResult run();
 
 private:
   LogicalResult makeTypes();
   Type element(int64_t dtype);
-  FailureOr<CheckpointOp> buildCheckpoint(const CapturedRecords::Checkpoint &ck);
-  bool groupKey(const CapturedRecords::Checkpoint &ck, int64_t &offset,
+  FailureOr<CheckpointOp> buildCheckpoint(const RecordedModule::Checkpoint &ck);
+  bool groupKey(const RecordedModule::Checkpoint &ck, int64_t &offset,
                 int64_t &itemSize);
   LogicalResult buildOp(ArrayRef<int64_t> entry, Location loc);
+  LogicalResult parseLines(ArrayRef<int64_t> lineIndices, StringRef name,
+                           Location loc);
   FailureOr<Value> value(int64_t index, Location loc);
   FailureOr<RankedTensorType> type(int64_t index, Location loc);
 
   ModuleOp module;
-  const CapturedRecords &records;
-  bool nameLocations, groupNames;
+  const RecordedModule &records;
+  RecordBuildOptions options;
   OpBuilder b;
   loadplan::DtypeCodes dtypes;
   SmallVector<RankedTensorType> types;
@@ -84,7 +86,7 @@ Type RecordBuilder::element(int64_t dtype) {
 LogicalResult RecordBuilder::makeTypes() {
   if (records.typeShapes.size() != records.typeDtypes.size())
     return emitError(module.getLoc())
-           << "captured records: a type table of " << records.typeShapes.size()
+           << "records: a type table of " << records.typeShapes.size()
            << " shapes and " << records.typeDtypes.size() << " dtypes";
   types.reserve(records.typeShapes.size());
   for (auto [shape, dtype] :
@@ -92,7 +94,7 @@ LogicalResult RecordBuilder::makeTypes() {
     Type e = element(dtype);
     if (!e)
       return emitError(module.getLoc())
-             << "captured records: no element type for dtype code " << dtype;
+             << "records: no element type for dtype code " << dtype;
     types.push_back(RankedTensorType::get(shape, e));
   }
   return success();
@@ -100,7 +102,7 @@ LogicalResult RecordBuilder::makeTypes() {
 
 FailureOr<RankedTensorType> RecordBuilder::type(int64_t index, Location loc) {
   if (index < 0 || static_cast<size_t>(index) >= types.size())
-    return emitError(loc) << "captured records: type " << index
+    return emitError(loc) << "records: type " << index
                           << " is not in the table of " << types.size();
   return types[index];
 }
@@ -108,7 +110,7 @@ FailureOr<RankedTensorType> RecordBuilder::type(int64_t index, Location loc) {
 FailureOr<Value> RecordBuilder::value(int64_t index, Location loc) {
   // -1 is the incoming tensor, values[0].
   if (index < -1 || index + 1 >= static_cast<int64_t>(values.size()))
-    return emitError(loc) << "captured records: value " << index
+    return emitError(loc) << "records: value " << index
                           << " is not defined before its use";
   return values[index + 1];
 }
@@ -116,12 +118,12 @@ FailureOr<Value> RecordBuilder::value(int64_t index, Location loc) {
 LogicalResult RecordBuilder::buildOp(ArrayRef<int64_t> entry, Location loc) {
   auto code = static_cast<size_t>(entry.front());
   if (entry.front() < 0 || code >= static_cast<size_t>(RecordOp::count))
-    return emitError(loc) << "captured records: unknown op code "
+    return emitError(loc) << "records: unknown op code "
                           << entry.front();
   auto op = static_cast<RecordOp>(code);
   ArrayRef<int64_t> fields = entry.drop_front();
   auto tooShort = [&](size_t need) -> LogicalResult {
-    return emitError(loc) << "captured records: " << kRecordOpNames[code]
+    return emitError(loc) << "records: " << kRecordOpNames[code]
                           << " has " << fields.size() << " fields, not "
                           << need;
   };
@@ -136,15 +138,15 @@ LogicalResult RecordBuilder::buildOp(ArrayRef<int64_t> entry, Location loc) {
     if (failed(src) || failed(srcType))
       return failure();
     if (src->getType() != *srcType)
-      return emitError(loc) << "captured records: copy source is "
+      return emitError(loc) << "records: copy source is "
                             << src->getType() << ", recorded as " << *srcType;
     int64_t target = fields[2];
     if (target < 0 || static_cast<size_t>(target) >= targets.size())
       return emitError(loc)
-             << "captured records: target " << target << " is not declared";
+             << "records: target " << target << " is not declared";
     Type dtype = element(fields[3]);
     if (!dtype)
-      return emitError(loc) << "captured records: no element type for dtype "
+      return emitError(loc) << "records: no element type for dtype "
                                "code "
                             << fields[3];
     size_t rank = (fields.size() - 5) / 2;
@@ -163,7 +165,7 @@ LogicalResult RecordBuilder::buildOp(ArrayRef<int64_t> entry, Location loc) {
   if (fields.size() < 4)
     return tooShort(4);
   if (fields[0] + 1 != static_cast<int64_t>(values.size()))
-    return emitError(loc) << "captured records: value " << fields[0]
+    return emitError(loc) << "records: value " << fields[0]
                           << " defined out of order";
   FailureOr<Value> input = value(fields[1], loc);
   FailureOr<RankedTensorType> inType = type(fields[2], loc);
@@ -171,7 +173,7 @@ LogicalResult RecordBuilder::buildOp(ArrayRef<int64_t> entry, Location loc) {
   if (failed(input) || failed(inType) || failed(outType))
     return failure();
   if (input->getType() != *inType)
-    return emitError(loc) << "captured records: " << kRecordOpNames[code]
+    return emitError(loc) << "records: " << kRecordOpNames[code]
                           << " input is " << input->getType()
                           << ", recorded as " << *inType;
   ArrayRef<int64_t> a = fields.drop_front(4);
@@ -182,17 +184,15 @@ LogicalResult RecordBuilder::buildOp(ArrayRef<int64_t> entry, Location loc) {
   };
   Value in = *input;
   RankedTensorType out = *outType;
-  int ints = loadplan_python::kRecordOpInts[code];
-  if (ints == loadplan_python::kRankPlusOne)
+  int ints = kRecordOpInts[code];
+  if (ints == kRankPlusOne)
     ints = 1 + static_cast<int>(out.getRank());
-  if (ints != loadplan_python::kAnyInts && failed(need(ints)))
+  if (ints != kAnyInts && failed(need(ints)))
     return failure();
   Value result;
   switch (op) {
   case RecordOp::slice:
-    // A slice of a whole dim (a TP narrow on one rank, say) is its input,
-    // as fold-views would find: no op to make, fold and destroy.
-    if (out == *inType && a[0] >= 0 && a[0] < out.getRank() && a[1] == 0 &&
+    if (options.foldWholeSlices && out == *inType && a[0] >= 0 && a[0] < out.getRank() && a[1] == 0 &&
         a[3] == 1 && a[2] >= out.getDimSize(a[0]))
       result = in;
     else
@@ -252,11 +252,53 @@ LogicalResult RecordBuilder::buildOp(ArrayRef<int64_t> entry, Location loc) {
   return success();
 }
 
+/// Parses the lines of text `lineIndices` (indices into records.lines) of
+/// checkpoint `name` and puts their ops at the builder's insertion point:
+/// in a block whose arguments stand for the values built so far, under the
+/// names the lines use (%w, %0, ...), which the parsed ops then use in their
+/// stead. Their results are the block's next values.
+LogicalResult RecordBuilder::parseLines(ArrayRef<int64_t> lineIndices,
+                                        StringRef name, Location loc) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "\"builtin.module\"() ({\n^bb0(";
+  for (auto [i, v] : llvm::enumerate(values)) {
+    if (i)
+      os << ", %" << i - 1;
+    else
+      os << "%w";
+    os << ": " << v.getType();
+  }
+  os << "):\n";
+  for (int64_t index : lineIndices) {
+    if (index < 0 || static_cast<size_t>(index) >= records.lines.size())
+      return emitError(loc) << "records: line " << index
+                            << " is not in the table of "
+                            << records.lines.size();
+    os << records.lines[index] << "\n";
+  }
+  os << "}) : () -> ()\n";
+  Block scratch;
+  ParserConfig config(b.getContext(), /*verifyAfterParse=*/false);
+  if (failed(parseSourceString(text, &scratch, config, name)))
+    return failure();
+  Block &body = scratch.front().getRegion(0).front();
+  for (auto [arg, v] : llvm::zip_equal(body.getArguments(), values))
+    arg.replaceAllUsesWith(v);
+  for (Operation &op : llvm::make_early_inc_range(body)) {
+    op.moveBefore(b.getInsertionBlock(), b.getInsertionPoint());
+    op.walk([&](Operation *nested) { nested->setLoc(loc); });
+    llvm::append_range(values, op.getResults());
+  }
+  return success();
+}
+
 FailureOr<CheckpointOp>
-RecordBuilder::buildCheckpoint(const CapturedRecords::Checkpoint &ck) {
+RecordBuilder::buildCheckpoint(const RecordedModule::Checkpoint &ck) {
   StringRef name = ck.name;
-  Location loc = nameLocations ? Location(NameLoc::get(b.getStringAttr(name)))
-                               : Location(b.getUnknownLoc());
+  Location loc = options.nameLocations
+                     ? Location(NameLoc::get(b.getStringAttr(name)))
+                     : Location(b.getUnknownLoc());
   FailureOr<RankedTensorType> tensorType = type(ck.type, loc);
   if (failed(tensorType))
     return failure();
@@ -265,28 +307,44 @@ RecordBuilder::buildCheckpoint(const CapturedRecords::Checkpoint &ck) {
   b.setInsertionPointToEnd(&op.getBlock());
   values.assign(1, op.getIncoming());
   if (ck.begin > ck.end || ck.end > records.ops.size())
-    return emitError(loc) << "captured records: ops out of range";
+    return emitError(loc) << "records: ops out of range";
   ArrayRef<int64_t> ops(records.ops.data() + ck.begin, ck.end - ck.begin);
+  // Lines of text next to one another are parsed together.
+  SmallVector<int64_t> lines;
+  auto flushLines = [&]() -> LogicalResult {
+    if (lines.empty())
+      return success();
+    LogicalResult parsed = parseLines(lines, name, loc);
+    lines.clear();
+    return parsed;
+  };
   while (!ops.empty()) {
     int64_t n = ops.front();
+    if (n == 0 && ops.size() >= 2) {
+      lines.push_back(ops[1]);
+      ops = ops.drop_front(2);
+      continue;
+    }
     if (n < 1 || static_cast<size_t>(n) >= ops.size())
-      return emitError(loc) << "captured records: an op of " << n
+      return emitError(loc) << "records: an op of " << n
                             << " fields overruns its checkpoint";
-    if (failed(buildOp(ops.slice(1, n), loc)))
+    if (failed(flushLines()) || failed(buildOp(ops.slice(1, n), loc)))
       return failure();
     ops = ops.drop_front(1 + n);
   }
+  if (failed(flushLines()))
+    return failure();
   return op;
 }
 
 /// Whether `ck` can share a checkpoint with others: its records are views
-/// and at most one copy, which is well formed. The key is then its type
+/// and at most one copy, which is well formed, and it has no line of text. The key is then its type
 /// and its records with the copy's offset left out, and `offset` and
 /// `itemSize` the copy's offset and element size (0 and 1 without a copy:
 /// another rank's expert, say, which its loader only narrows). Anything
 /// else is built on its own, and the builder or the verifier says what is
 /// wrong with it.
-bool RecordBuilder::groupKey(const CapturedRecords::Checkpoint &ck,
+bool RecordBuilder::groupKey(const RecordedModule::Checkpoint &ck,
                              int64_t &offset, int64_t &itemSize) {
   if (ck.begin > ck.end || ck.end > records.ops.size() || ck.type < 0 ||
       static_cast<size_t>(ck.type) >= types.size())
@@ -299,7 +357,7 @@ bool RecordBuilder::groupKey(const CapturedRecords::Checkpoint &ck,
   while (!ops.empty()) {
     int64_t n = ops.front();
     if (n < 1 || static_cast<size_t>(n) >= ops.size())
-      return false;
+      return false; // a line of text, or a record that does not fit
     ArrayRef<int64_t> entry = ops.slice(1, n);
     int64_t code = entry.front();
     if (code < 0 || code >= static_cast<int64_t>(RecordOp::count))
@@ -328,23 +386,11 @@ LogicalResult RecordBuilder::run() {
     return failure();
   for (TargetOp target : module.getOps<TargetOp>())
     targets.push_back(FlatSymbolRefAttr::get(target.getSymNameAttr()));
-  // The text checkpoints, in order: each built one goes before the next.
-  SmallVector<CheckpointOp> texts =
-      llvm::to_vector(module.getOps<CheckpointOp>());
-  size_t nextText = 0;
-  Block *body = module.getBody();
-  // A name's position in arrival order is its index, text ones counted.
+  b.setInsertionPointToEnd(module.getBody());
+  // A name's position in arrival order is its index.
   for (auto [position, ck] : llvm::enumerate(records.checkpoints)) {
-    if (ck.type < 0) {
-      if (nextText == texts.size())
-        return emitError(module.getLoc())
-               << "captured records: more text checkpoints named than the "
-                  "text holds";
-      ++nextText;
-      continue;
-    }
-    int64_t offset, itemSize, shift;
-    bool grouped = groupNames && groupKey(ck, offset, itemSize);
+    int64_t offset = 0, itemSize = 1, shift = 0;
+    bool grouped = options.groupNames && groupKey(ck, offset, itemSize);
     StringRef keyBytes(reinterpret_cast<const char *>(key.data()),
                        key.size() * sizeof(int64_t));
     if (grouped) {
@@ -358,27 +404,29 @@ LogicalResult RecordBuilder::run() {
         continue;
       }
     }
-    if (nextText < texts.size())
-      b.setInsertionPoint(texts[nextText]);
-    else
-      b.setInsertionPointToEnd(body);
     FailureOr<CheckpointOp> op = buildCheckpoint(ck);
     if (failed(op))
       return failure();
     if (grouped)
       groups.try_emplace(keyBytes, Group{*op, offset});
   }
-  if (nextText != texts.size())
-    return emitError(module.getLoc())
-           << "captured records: the text holds " << texts.size()
-           << " checkpoints, the records name " << nextText;
   return success();
 }
 
-LogicalResult
-loadplan_python::buildRecordedCheckpoints(ModuleOp module,
-                                          const CapturedRecords &records,
-                                          bool nameLocations,
-                                          bool groupNames) {
-  return RecordBuilder(module, records, nameLocations, groupNames).run();
+OwningOpRef<ModuleOp>
+mlir::loadplan::buildRecordedModule(MLIRContext *context,
+                                    const RecordedModule &records,
+                                    StringRef sourceName,
+                                    const RecordBuildOptions &options) {
+  context->getOrLoadDialect<LoadPlanDialect>();
+  // The declarations are verified with the rest once the module is whole:
+  // the checkpoints name their targets, and are not there yet.
+  ParserConfig config(context, /*verifyAfterParse=*/false);
+  OwningOpRef<ModuleOp> module =
+      parseSourceString<ModuleOp>(records.text, config, sourceName);
+  if (!module)
+    return nullptr;
+  if (failed(RecordBuilder(*module, records, options).run()))
+    return nullptr;
+  return module;
 }
