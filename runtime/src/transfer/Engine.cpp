@@ -116,7 +116,8 @@ struct Engine::Probe {
   /// Per peer rank: bytes this rank sends it, receives from it in an
   /// update (this rank's own: its pieces to itself).
   std::vector<uint64_t> sendBytes, recvBytes;
-  /// One chunk to send from; one per peer to receive into.
+  /// One chunk to send from, and one chunk per peer to receive into:
+  /// peer p's at recvAt[p] in `recv`.
   Staging send, recv;
   std::vector<uint64_t> recvAt;
 };
