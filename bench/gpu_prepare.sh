@@ -9,7 +9,8 @@
 #   .gpu/plans       the plans the Python parts read there, where
 #                    loadplan._native has no compiler: the CUDA tests'
 #                    (python/tests/test_cuda.py), bench/apply_cuda.py's and
-#                    bench/transfer's receivers' (TP=2 and TP=4 engines),
+#                    bench/transfer's receivers' (TP=2 and TP=4 engines,
+#                    and --many-names'),
 #                    each made by the same plan_or_load call that reads it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,4 +30,5 @@ LOADPLAN_PLANS="$PWD/.gpu/plans" .venv/bin/python -m pytest -q -p no:cacheprovid
 .venv/bin/python bench/apply_cuda.py --plan-only --plans .gpu/plans
 bench/transfer --plan-only --plans .gpu/plans --receivers 2
 bench/transfer --plan-only --plans .gpu/plans --receivers 4
+bench/transfer --plan-only --plans .gpu/plans --many-names
 say ".gpu holds $(du -sh .gpu | cut -f1): $(ls .gpu/plans | wc -l) plans and GoogleTest"

@@ -10,7 +10,9 @@
 #      with the runtime-only loadplan._native and the receivers' plans from
 #      .gpu/plans: bytes moved against bytes needed, and each engine's time
 #      against full broadcast. 2 GPUs: a TP=1 trainer to rank 0 of a TP=2
-#      engine; 3 to 5: TP=1 to TP=2; 6 or more: TP=2 to TP=4.
+#      engine; 3 to 5: TP=1 to TP=2; 6 or more: TP=2 to TP=4;
+#   3. with four GPUs or more, bench/transfer --many-names over NCCL: an
+#      update's time over its link probe, Llama and a MoE of 20,000 names.
 #
 # Log in $LOADPLAN_GPU_LOGS (bench/gpu_common.sh): nccl.log. Arguments after
 # --dry-run go to bench/transfer (e.g. --layers=24). --dry-run (first): a
@@ -50,4 +52,13 @@ elif [ "$gpus" -ge 3 ]; then ranks=(--senders 1 --receivers 2)
 else ranks=(--senders 1 --receivers 1 --engine-tp 2); fi
 timeout "$(limit 300)" "${py[@]}" bench/transfer --backend nccl --plans .gpu/plans \
   "${ranks[@]}" "$@" 2>&1 | tee -a "$logs/nccl.log" || failed "bench/transfer over NCCL"
+
+echo "== bench/transfer --many-names over NCCL"
+if [ "$gpus" -lt 4 ]; then
+  say "skipped: bench/transfer --many-names over NCCL needs four GPUs (two senders, two" \
+      "receivers, one GPU each); this machine has $gpus"
+  exit "$status"
+fi
+timeout "$(limit 300)" "${py[@]}" bench/transfer --backend nccl --plans .gpu/plans \
+  --many-names 2>&1 | tee -a "$logs/nccl.log" || failed "bench/transfer --many-names over NCCL"
 exit "$status"

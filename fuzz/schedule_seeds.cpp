@@ -4,7 +4,9 @@
 //
 // Writes, for each plan file, the schedules loadplan_schedule_build makes
 // for it with each engine: a sender (rank 0) that holds every tensor whole
-// and a receiver (rank 1) with the plan, staged in place and atomic.
+// and a receiver (rank 1) with the plan, staged in place and atomic; with
+// small pieces joined into messages and rounds overlapping (the defaults),
+// and with every piece a message of its own, rounds in turn.
 //
 //===----------------------------------------------------------------------===//
 
@@ -50,13 +52,14 @@ int main(int argc, char **argv) {
     std::string base = argv[i];
     base = base.substr(base.find_last_of('/') + 1);
     for (uint32_t engine = 0; engine < LOADPLAN_ENGINE_COUNT_; ++engine)
-      for (uint32_t atomic = 0; atomic <= 1; ++atomic) {
+      for (uint32_t atomic = 0; atomic <= 1; ++atomic)
+      for (uint32_t alone = 0; alone <= 1; ++alone) {
         loadplan_sender_spec_t sender = {0, 0, holdings.data(),
                                          holdings.size()};
         loadplan_receiver_spec_t receiver = {1, 0, atomic, plan};
         loadplan_schedule_spec_t spec = {
             engine,  2, tensors.data(), tensors.size(),
-            &sender, 1, &receiver,      1};
+            &sender, 1, &receiver,      1, alone ? 1u : 0u, alone};
         loadplan_schedule_t *schedule = nullptr;
         const void *bytes;
         size_t size;
@@ -64,7 +67,8 @@ int main(int argc, char **argv) {
           continue;
         if (ok(loadplan_schedule_bytes(schedule, &bytes, &size))) {
           std::string out = std::string(argv[1]) + "/" + base + "." +
-                            std::to_string(engine) + std::to_string(atomic);
+                            std::to_string(engine) + std::to_string(atomic) +
+                            std::to_string(alone);
           std::ofstream(out, std::ios::binary)
               .write(static_cast<const char *>(bytes), size);
           ++written;

@@ -179,7 +179,8 @@ public:
   static Schedule *build(uint32_t engine, int32_t worldSize,
                          const std::vector<TensorTuple> &tensors,
                          const std::vector<SenderTuple> &senders,
-                         const std::vector<ReceiverTuple> &receivers) {
+                         const std::vector<ReceiverTuple> &receivers,
+                         uint64_t joinBelow, bool sequential) {
     std::vector<loadplan_checkpoint_tensor_t> ts = toTensors(tensors);
     std::vector<std::vector<loadplan_holding_t>> held(senders.size());
     std::vector<loadplan_sender_spec_t> ss(senders.size());
@@ -196,7 +197,8 @@ public:
       rs[i] = {rank, cap, atomic ? 1u : 0u, plan->get()};
     }
     loadplan_schedule_spec_t spec{engine,    worldSize, ts.data(), ts.size(),
-                                  ss.data(), ss.size(), rs.data(), rs.size()};
+                                  ss.data(), ss.size(), rs.data(), rs.size(),
+                                  joinBelow, sequential ? 1u : 0u};
     loadplan_schedule_t *schedule = nullptr;
     loadplan_status_t status;
     {
@@ -213,6 +215,7 @@ public:
   static Schedule *agree(int32_t rank, int32_t worldSize, int32_t numSenders,
                          uint32_t engine, nb::object set, nb::object get,
                          const std::string &prefix, int64_t timeoutMs,
+                         uint64_t joinBelow, bool sequential,
                          std::optional<SenderOffer> sender,
                          std::optional<ReceiverOffer> receiver,
                          std::optional<std::string> refusal) {
@@ -258,6 +261,8 @@ public:
     options.store = &store;
     options.prefix = prefix.c_str();
     options.timeout_ms = timeoutMs;
+    options.join_below = joinBelow;
+    options.sequential = sequential ? 1u : 0u;
     loadplan_schedule_t *schedule = nullptr;
     loadplan_status_t status;
     {
@@ -296,6 +301,9 @@ public:
     out["num_receivers"] = s.num_receivers;
     out["num_rounds"] = s.num_rounds;
     out["num_pieces"] = s.num_pieces;
+    out["num_messages"] = s.num_messages;
+    out["overlap"] = (s.flags & LOADPLAN_SCHEDULE_OVERLAP) != 0;
+    out["join_below"] = s.join_below;
     out["bytes_moved"] = s.bytes_moved;
     out["bytes_between_ranks"] = s.bytes_between_ranks;
     out["bytes_needed"] = s.bytes_needed;
@@ -323,10 +331,14 @@ public:
   /// `expected`: (name, dtype, shape) of each held box, in the order sent;
   /// `rank` and `device` (torch's spelling) for the messages.
   SendBatch(const std::vector<TensorTuple> &expected, uint32_t rank, std::string device)
-      : rank(rank), device(std::move(device)), keySet(nb::steal(PySet_New(nullptr))) {
+      : rank(rank), device(std::move(device)), keySet(nb::steal(PySet_New(nullptr))),
+        indexOf(nb::steal(PyDict_New())) {
     for (const auto &[name, dtype, shape] : expected) {
       keys.push_back(nb::steal(PyUnicode_FromStringAndSize(name.data(), name.size())));
       if (PySet_Add(keySet.ptr(), keys.back().ptr()) != 0)
+        throw nb::python_error();
+      nb::object index = nb::steal(PyLong_FromSize_t(names.size()));
+      if (PyDict_SetItem(indexOf.ptr(), keys.back().ptr(), index.ptr()) != 0)
         throw nb::python_error();
       names.push_back(name);
       dtypes.push_back(dtype);
@@ -338,9 +350,7 @@ public:
   /// dtype and shape, dense, on the device; raises ValueError saying which
   /// name is not so, and how. Writes nothing.
   void read(nb::handle given, uint32_t deviceType, int32_t deviceIndex) {
-    held.clear();
-    keep.clear();
-    holdGiven = nb::object();
+    clear();
     if (!PyDict_Check(given.ptr()))
       throw nb::type_error("load plan: a sender's update is a dict of tensors");
     std::vector<PyObject *> tensors(keys.size());
@@ -353,6 +363,69 @@ public:
     }
     if (!complete)
       refuseNames(given);
+    check(tensors, deviceType, deviceIndex);
+    holdGiven = nb::borrow(given);
+  }
+
+  /// Reads (name, tensor) pairs from `pairs` (a WeightSource's iterator,
+  /// say) as read() reads a dict, keeping the tensors; pairs of names not
+  /// held are passed over. An error the iterator raises goes through as
+  /// it is, with source_failed() true.
+  void readPairs(nb::handle pairs, uint32_t deviceType, int32_t deviceIndex) {
+    clear();
+    std::vector<PyObject *> tensors(keys.size(), nullptr);
+    nb::object iterator = nb::steal(PyObject_GetIter(pairs.ptr()));
+    if (!iterator.is_valid())
+      throw nb::python_error();
+    nb::list items; // keeps every pair (and so its tensor) alive
+    while (true) {
+      nb::object item = nb::steal(PyIter_Next(iterator.ptr()));
+      if (!item.is_valid()) {
+        if (PyErr_Occurred()) {
+          sourceFailed = true;
+          throw nb::python_error();
+        }
+        break;
+      }
+      if (!PyTuple_Check(item.ptr()) || PyTuple_GET_SIZE(item.ptr()) != 2)
+        throw nb::type_error("load plan: a sender's update yields (name, tensor) pairs");
+      PyObject *index = PyDict_GetItemWithError(indexOf.ptr(), PyTuple_GET_ITEM(item.ptr(), 0));
+      if (!index) {
+        if (PyErr_Occurred())
+          throw nb::python_error();
+        continue;
+      }
+      size_t i = PyLong_AsSize_t(index);
+      if (tensors[i])
+        refuse("yields " + reprOf(keys[i].ptr()) + " twice");
+      tensors[i] = PyTuple_GET_ITEM(item.ptr(), 1);
+      items.append(item);
+    }
+    if (std::string what = lacking([&](size_t i) { return tensors[i] != nullptr; });
+        !what.empty())
+      refuse(what);
+    check(tensors, deviceType, deviceIndex);
+    holdGiven = std::move(items);
+  }
+
+  /// Whether the last read failed in the iterator it was given.
+  bool sourceFailed = false;
+
+  std::vector<loadplan_held_tensor_t> held;
+  std::vector<nb::object> keep;
+  nb::object holdGiven;
+
+private:
+  void clear() {
+    held.clear();
+    keep.clear();
+    holdGiven = nb::object();
+    sourceFailed = false;
+  }
+
+  /// Checks every held tensor (in held order) and fills `held`.
+  void check(const std::vector<PyObject *> &tensors, uint32_t deviceType,
+             int32_t deviceIndex) {
     held.reserve(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
       PyObject *t = tensors[i];
@@ -370,27 +443,19 @@ public:
       held.push_back({names[i].data(), names[i].size(), data, dtypes[i],
                       static_cast<uint32_t>(rank), shape});
     }
-    holdGiven = nb::borrow(given);
   }
 
-  std::vector<loadplan_held_tensor_t> held;
-  std::vector<nb::object> keep;
-  nb::object holdGiven;
-
-private:
   /// Raises the ValueError of a dict whose names are not the held ones:
   /// how many it lacks and has besides, the first few of each.
   [[noreturn]] void refuseNames(nb::handle given) {
-    constexpr size_t kShown = 5;
-    nb::list missing, extra;
-    size_t numMissing = 0, numExtra = 0;
-    for (const nb::object &key : keys) {
-      int found = PyDict_Contains(given.ptr(), key.ptr());
+    nb::list extra;
+    size_t numExtra = 0;
+    std::string what = lacking([&](size_t i) {
+      int found = PyDict_Contains(given.ptr(), keys[i].ptr());
       if (found < 0)
         throw nb::python_error();
-      if (!found && numMissing++ < kShown)
-        missing.append(key);
-    }
+      return found != 0;
+    });
     Py_ssize_t pos = 0;
     PyObject *key, *value;
     while (PyDict_Next(given.ptr(), &pos, &key, &value)) {
@@ -400,20 +465,40 @@ private:
       if (!found && numExtra++ < kShown)
         extra.append(nb::handle(key));
     }
-    std::string what;
-    if (numMissing)
-      what = "lacks " + std::to_string(numMissing) + " names this rank holds, e.g. " +
-             reprOf(missing.ptr());
     if (numExtra)
       what += (what.empty() ? "has " : " and has ") + std::to_string(numExtra) +
               " names it does not hold, e.g. " + reprOf(extra.ptr());
+    refuse(what);
+  }
+
+  /// "lacks N names this rank holds, e.g. [...]" of the held names for
+  /// which `present(index)` is false; "" when there are none.
+  template <typename Present> std::string lacking(Present present) const {
+    nb::list missing;
+    size_t numMissing = 0;
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (!present(i) && numMissing++ < kShown)
+        missing.append(keys[i]);
+    if (!numMissing)
+      return "";
+    return "lacks " + std::to_string(numMissing) + " names this rank holds, e.g. " +
+           reprOf(missing.ptr());
+  }
+
+  /// Raises the ValueError "the update of sender rank N <what>".
+  [[noreturn]] void refuse(const std::string &what) const {
     throw nb::value_error(
         ("load plan: the update of sender rank " + std::to_string(rank) + " " + what).c_str());
   }
 
+  /// Names a message shows of those missing or extra.
+  static constexpr size_t kShown = 5;
+
   uint32_t rank;
   std::string device;
   nb::object keySet;
+  /// Name (str) -> its index in `keys`.
+  nb::object indexOf;
   std::vector<nb::object> keys;
   std::vector<std::string> names;
   std::vector<uint32_t> dtypes;
@@ -428,12 +513,13 @@ public:
   Transfer(Comm &comm, Schedule &schedule, Plan *plan,
            const std::vector<LayoutTuple> &layouts,
            const std::vector<FallbackTuple> &fallbacks, uint32_t numThreads,
-           int32_t debugFailRound)
+           int32_t debugFailRound, bool linkProbe)
       : layoutTuples(layouts), fallbackTuples(fallbacks) {
     loadplan_transfer_options_t options;
     loadplan_transfer_options_init(&options);
     options.num_threads = numThreads;
     options.debug_fail_round = debugFailRound;
+    options.link_probe = linkProbe ? 1u : 0u;
     loadplan_receiver_args_t receiver{};
     if (plan) {
       cLayouts = toLayouts(layoutTuples);
@@ -521,6 +607,8 @@ public:
     out["rounds"] = s.rounds;
     out["updates"] = s.updates;
     out["seconds"] = s.seconds;
+    out["probe_seconds"] = s.probe_seconds;
+    out["probe_bytes"] = s.probe_bytes;
     return out;
   }
 
@@ -542,6 +630,7 @@ void loadplan_python::defineTransfer(nb::module_ &m) {
   m.attr("ENGINES") = engines;
   m.attr("BACKENDS") = backends;
   m.attr("DEFAULT_STAGING_CAP") = LOADPLAN_DEFAULT_STAGING_CAP;
+  m.attr("DEFAULT_JOIN_BELOW") = LOADPLAN_DEFAULT_JOIN_BELOW;
 
   m.def(
       "backend_available",
@@ -577,14 +666,18 @@ void loadplan_python::defineTransfer(nb::module_ &m) {
       .def_static("build", &Schedule::build, nb::arg("engine"),
                   nb::arg("world_size"), nb::arg("tensors"),
                   nb::arg("senders"), nb::arg("receivers"),
+                  nb::arg("join_below") = 0, nb::arg("sequential") = false,
                   "The schedule of an engine code for tensors (name, dtype, "
                   "shape), senders (comm_rank, staging_cap, holdings of "
                   "(tensor, starts, stops)) and receivers (comm_rank, "
-                  "staging_cap, atomic, plan).")
+                  "staging_cap, atomic, plan); pieces under join_below "
+                  "bytes (0: the default) travel together, and rounds "
+                  "overlap unless sequential.")
       .def_static("agree", &Schedule::agree, nb::arg("rank"),
                   nb::arg("world_size"), nb::arg("num_senders"),
                   nb::arg("engine"), nb::arg("set"), nb::arg("get"),
                   nb::arg("prefix"), nb::arg("timeout_ms"),
+                  nb::arg("join_below") = 0, nb::arg("sequential") = false,
                   nb::arg("sender").none() = nb::none(),
                   nb::arg("receiver").none() = nb::none(),
                   nb::arg("refusal").none() = nb::none(),
@@ -607,17 +700,25 @@ void loadplan_python::defineTransfer(nb::module_ &m) {
       .def("read", &SendBatch::read, nb::arg("given"), nb::arg("device_type"),
            nb::arg("device_index"),
            "Reads a dict name -> tensor of exactly the held names, as "
-           "expected; raises ValueError naming what is not. Writes nothing.");
+           "expected; raises ValueError naming what is not. Writes nothing.")
+      .def("read_pairs", &SendBatch::readPairs, nb::arg("pairs"), nb::arg("device_type"),
+           nb::arg("device_index"),
+           "Reads an iterable of (name, tensor) pairs as read() reads a dict; "
+           "names not held are passed over. What the iterable raises goes "
+           "through, with source_failed set.")
+      .def_ro("source_failed", &SendBatch::sourceFailed,
+              "Whether the last read failed in the iterable it was given.");
 
   nb::class_<Transfer>(m, "Transfer", "One rank's transfer engine")
       .def(nb::init<Comm &, Schedule &, Plan *, const std::vector<LayoutTuple> &,
-                    const std::vector<FallbackTuple> &, uint32_t, int32_t>(),
+                    const std::vector<FallbackTuple> &, uint32_t, int32_t, bool>(),
            nb::arg("comm"), nb::arg("schedule"), nb::arg("plan").none(),
            nb::arg("layouts"), nb::arg("fallbacks"), nb::arg("num_threads"),
-           nb::arg("debug_fail_round"),
+           nb::arg("debug_fail_round"), nb::arg("link_probe") = false,
            "Collective: this rank's engine; a receiver gives its plan, its "
            "target layouts and a buffer per fallback name, a sender None "
-           "and empty lists.")
+           "and empty lists; link_probe times the update's bytes as one "
+           "message per pair of ranks (stats' probe_seconds).")
       .def("update", &Transfer::update, nb::arg("held"), nb::arg("stream") = 0,
            "Collective: one update; a sender passes every tensor it holds "
            "as (name, data, dtype, shape).")

@@ -207,13 +207,15 @@ def test_a_bad_checkpoint_fails_every_worker_and_changes_nothing(models, tmp_pat
         for error in cluster.last_errors():
             assert "rank 0 (sender 0) refused the update: " in error and name in error, error
         # A source that raises: the trainer fails the update on every rank
-        # with what it raised.
+        # with what it raised (the sender reads the source's pairs as they
+        # come, so it is the update that the trainer refuses).
         results = _unchanged_then_recovers(cluster, 6, raising={0: "layers.1.mlp.down_proj.weight"})
         status, message = results[0]
         assert status == "error" and "could not read its tensors from Source: OSError: the " \
             f"source lost {name}" in message, message
-        for error in cluster.last_errors():  # (in the set-up: the last update failed)
-            assert "rank 0 refused the set-up: trainer rank 0 could not read" in error, error
+        for error in cluster.last_errors():
+            assert "rank 0 (sender 0) refused the update: load plan: sender rank 0 could not " \
+                f"read its tensors from Source: OSError: the source lost {name}" in error, error
         # The next update is whole again.
         _ok(cluster.update(7))
         _exact(cluster, 7)
@@ -314,6 +316,7 @@ def test_the_workers_report_reaches_vllms_log(models, tmp_path, capfd, monkeypat
     cluster = h.Cluster(spec)
     try:
         _ok(cluster.update(1))
+        _ok(cluster.update(2))
     finally:
         cluster.close()
     out = capfd.readouterr().out
@@ -323,6 +326,13 @@ def test_the_workers_report_reaches_vllms_log(models, tmp_path, capfd, monkeypat
     assert lines and all(ours.search(line) for line in lines), out[-2000:]
     assert any("load plan: " in line and " names: " in line and " direct (" in line
                for line in out.splitlines()), out[-2000:]
+    # One line per update: its bytes, messages, rounds, time and the time
+    # over the link probe's.
+    update = re.compile(r"load plan: worker rank 1 update (\d+): bytes=\d+ messages=\d+ "
+                        r"rounds=\d+ seconds=[\d.]+ probe_s=[\d.]+ over_probe=[\d.]+$")
+    updates = [m.group(1) for line in out.splitlines() if ours.search(line)
+               for m in [update.search(line)] if m]
+    assert updates == ["1", "2"], out[-2000:]
 
 
 # ---------------------------------------------------------------------------

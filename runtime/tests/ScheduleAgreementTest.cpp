@@ -233,14 +233,18 @@ TEST_F(ScheduleAgree, AMalformedOfferIsNamed) {
   };
   std::string header =
       std::string(LOADPLAN_OFFER_MAGIC) + std::string("\1\0\0\0", 4);
+  // After the engine: u64 join_below, u32 sequential.
+  std::string joinAndRounds(12, '\0');
   std::vector<Case> cases = {
       {"{\"role\": \"receiver\"}", "rank 1's set-up data is not a loadplan "
-                                   "offer: the magic is not \"LPOFFER1\""},
+                                   "offer: the magic is not \"LPOFFER2\""},
       {header.substr(0, 10),
        "rank 1's set-up data is malformed: truncated: rank"},
       {header + std::string("\1\0\0\0\2\0\0\0", 8) + "xy",
+       "rank 1's set-up data is malformed: truncated: join_below"},
+      {header + std::string("\1\0\0\0\2\0\0\0", 8) + joinAndRounds + "xy",
        "rank 1's set-up data is malformed: truncated: staging cap"},
-      {header + std::string("\7\0\0\0\2\0\0\0", 8),
+      {header + std::string("\7\0\0\0\2\0\0\0", 8) + joinAndRounds,
        "rank 1's set-up data is malformed: unknown role 7"},
       {std::string(LOADPLAN_OFFER_MAGIC) + std::string("\2\0\0\0", 4),
        "rank 1's set-up data says it is rank 2"},

@@ -15,6 +15,7 @@
 #include "../src/transfer/Geometry.h"
 #include "../src/transfer/Schedule.h"
 
+#include <functional>
 #include <set>
 
 using namespace loadplan::testing;
@@ -214,6 +215,7 @@ protected:
 TEST_F(ScheduleBuild, SlicedFromOneReplicaMovesExactlyWhatThePlansNeed) {
   setUp(1, 2);
   decl.engine = LOADPLAN_ENGINE_SLICED;
+  decl.joinBelow = 1; // each piece a message of its own: where each lands
   decl.senders[0].holdings = wholeOf(decl.tensors);
   SchedulePtr s = decl.make();
   loadplan_schedule_summary_t sum = summaryOf(s.get());
@@ -308,22 +310,39 @@ TEST_F(ScheduleBuild, ReplicasShareTheWork) {
   EXPECT_LE(std::max(sent[0], sent[1]) - std::min(sent[0], sent[1]), 256u);
 }
 
-/// Staging per (round, rank) from the pieces of a schedule, and the checks
-/// that it stays under each rank's cap.
+/// Staging per (round, rank) from the messages of a schedule (each takes
+/// whole 64-byte slots), and the checks that it stays under each rank's
+/// cap: under half of it in each round when rounds overlap.
 void expectRoundsUnderCaps(const loadplan_schedule_t *s, uint64_t cap) {
   const loadplan::transfer::Schedule &sched = *s->schedule;
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> send, recv;
+  // Bytes of the message each piece ends, added when the next one starts.
+  uint64_t message = 0;
+  const loadplan::transfer::Piece *last = nullptr;
+  auto close = [&] {
+    if (!last)
+      return;
+    uint64_t slot = (message + 63) / 64 * 64;
+    if (last->flags & LOADPLAN_PIECE_PACKED)
+      send[{last->round, last->sender}] += slot;
+    if ((last->flags & LOADPLAN_PIECE_STAGED) &&
+        !sched.receivers[last->receiver].atomic)
+      recv[{last->round, last->receiver}] += slot;
+    message = 0;
+  };
   for (const auto &p : sched.pieces) {
-    uint64_t bytes = (sched.pieceBytes(p) + 63) / 64 * 64;
-    if (p.flags & LOADPLAN_PIECE_PACKED)
-      send[{p.round, p.sender}] += bytes;
-    if ((p.flags & LOADPLAN_PIECE_STAGED) && !sched.receivers[p.receiver].atomic)
-      recv[{p.round, p.receiver}] += bytes;
+    if (!(p.flags & LOADPLAN_PIECE_JOINED))
+      close();
+    message += sched.pieceBytes(p);
+    last = &p;
   }
+  close();
+  uint64_t round = sched.overlaps() ? cap / 2 : cap;
   for (const auto &[key, bytes] : send)
-    EXPECT_LE(bytes, cap) << "round " << key.first << " sender " << key.second;
+    EXPECT_LE(bytes, round) << "round " << key.first << " sender " << key.second;
   for (const auto &[key, bytes] : recv)
-    EXPECT_LE(bytes, cap) << "round " << key.first << " receiver " << key.second;
+    EXPECT_LE(bytes, round) << "round " << key.first << " receiver "
+                            << key.second;
   for (const auto &x : sched.senders)
     EXPECT_LE(x.stagingBytes, cap);
 }
@@ -423,6 +442,139 @@ TEST_F(ScheduleBuild, RefusesSpecsItCannotServe) {
 }
 
 //===----------------------------------------------------------------------===//
+// Messages and overlapping rounds
+//===----------------------------------------------------------------------===//
+
+/// Counts what `s` does with each piece: joined pieces, messages.
+struct MessageCount {
+  uint64_t pieces = 0, messages = 0, joined = 0;
+  explicit MessageCount(const loadplan_schedule_t *s) {
+    for (const auto &p : s->schedule->pieces) {
+      ++pieces;
+      (p.flags & LOADPLAN_PIECE_JOINED ? joined : messages) += 1;
+    }
+  }
+};
+
+TEST_F(ScheduleBuild, SmallPiecesBetweenAPairTravelAsOneMessage) {
+  setUp(1, 2);
+  decl.engine = LOADPLAN_ENGINE_SLICED;
+  decl.senders[0].holdings = wholeOf(decl.tensors);
+  decl.joinBelow = 1;
+  loadplan_schedule_summary_t alone = summaryOf(decl.make().get());
+  EXPECT_EQ(alone.num_messages, alone.num_pieces);
+  EXPECT_EQ(alone.join_below, 1u);
+  decl.joinBelow = 0; // the default: every piece here is small
+  SchedulePtr s = decl.make();
+  loadplan_schedule_summary_t sum = summaryOf(s.get());
+  EXPECT_EQ(sum.join_below, LOADPLAN_DEFAULT_JOIN_BELOW);
+  EXPECT_EQ(sum.num_pieces, alone.num_pieces);
+  EXPECT_EQ(sum.num_messages, 2u); // one per receiver
+  EXPECT_EQ(MessageCount(s.get()).messages, 2u);
+  // The same bytes; their destinations are several tensors: packed by the
+  // sender, scattered by the receiver.
+  EXPECT_EQ(sum.bytes_moved, alone.bytes_moved);
+  EXPECT_EQ(sum.bytes_needed, needed());
+  EXPECT_EQ(sum.bytes_packed, sum.bytes_moved);
+  EXPECT_EQ(sum.bytes_staged, sum.bytes_moved);
+  // Largest elements first: every offset stays a multiple of its element
+  // size, and each message's pieces follow one another.
+  const loadplan::transfer::Schedule &sched = *s->schedule;
+  for (size_t i = 1; i < sched.pieces.size(); ++i) {
+    const auto &p = sched.pieces[i], &prev = sched.pieces[i - 1];
+    if (!(p.flags & LOADPLAN_PIECE_JOINED))
+      continue;
+    EXPECT_EQ(p.sendOffset, prev.sendOffset + sched.pieceBytes(prev));
+    EXPECT_EQ(p.recvOffset, prev.recvOffset + sched.pieceBytes(prev));
+    EXPECT_EQ(p.sendOffset % uint64_t(sched.pieceTensor(p).itemSize()), 0u);
+  }
+  // A threshold below every piece joins none.
+  decl.joinBelow = 8;
+  EXPECT_EQ(summaryOf(decl.make().get()).num_messages, alone.num_messages);
+}
+
+/// A receiver of `experts` experts [4, 4] bf16, expert e at slot
+/// `slot(e)` of one target of `slots` slots.
+TestPlan expertPlan(int64_t experts, int64_t slots,
+                    const std::function<int64_t(int64_t)> &slot) {
+  constexpr uint32_t bf16 = LOADPLAN_DTYPE_BFLOAT16;
+  TestPlan p;
+  p.storageSizes = {uint64_t(slots * 16 * 2)};
+  uint32_t w = p.addTarget({"experts", "w", 0, 0, bf16, {slots, 4, 4}, {16, 4, 1}});
+  for (int64_t e = 0; e < experts; ++e)
+    p.entries.push_back({"expert." + std::to_string(e), LOADPLAN_KIND_DIRECT, bf16,
+                         {4, 4}, std::nullopt, {{{0, 0}, {4, 4}}},
+                         {{w, 0, slot(e) * 16, {4, 4}, {4, 1}}}});
+  return p;
+}
+
+TEST_F(ScheduleBuild, JoinedPiecesThatLineUpArriveInPlace) {
+  // Experts in reverse order of their slots: the builder orders a message
+  // by destination, so they still arrive as one run; with a gap between
+  // slots they cannot, and are staged.
+  for (bool gap : {false, true}) {
+    int64_t experts = 32;
+    TestPlan plan = expertPlan(experts, gap ? 2 * experts : experts, [&](int64_t e) {
+      return (experts - 1 - e) * (gap ? 2 : 1);
+    });
+    PlanPtr handle = openPlan(plan);
+    ScheduleDecl d;
+    d.world = 2;
+    d.tensors = tensorsOf(plan);
+    d.senders.push_back({0, 0, wholeOf(d.tensors)});
+    d.receivers.push_back({1, 0, false, handle.get()});
+    SchedulePtr s = d.make();
+    loadplan_schedule_summary_t sum = summaryOf(s.get());
+    EXPECT_EQ(sum.num_pieces, uint64_t(experts));
+    EXPECT_EQ(sum.num_messages, 1u);
+    // Each expert is a tensor of its own on the sender: packed.
+    EXPECT_EQ(sum.bytes_packed, sum.bytes_moved);
+    EXPECT_EQ(sum.bytes_in_place, gap ? 0u : sum.bytes_moved) << gap;
+    EXPECT_EQ(sum.max_receiver_staging, gap ? sum.bytes_moved : 0u) << gap;
+    // An atomic receiver stages it all the same.
+    d.receivers[0].atomic = true;
+    EXPECT_EQ(summaryOf(d.make().get()).bytes_staged, sum.bytes_moved);
+  }
+}
+
+TEST_F(ScheduleBuild, OverlappingRoundsUseHalfTheCapEach) {
+  setUp(1, 2);
+  decl.engine = LOADPLAN_ENGINE_FULL; // every receive staged
+  decl.senders[0].holdings = shardsOf(decl.tensors, 1, 0);
+  for (ReceiverDecl &r : decl.receivers)
+    r.cap = 256;
+  decl.senders[0].cap = 256;
+  SchedulePtr s = decl.make();
+  const loadplan::transfer::Schedule &sched = *s->schedule;
+  ASSERT_TRUE(sched.overlaps());
+  EXPECT_GT(sched.numRounds, 2u);
+  expectRoundsUnderCaps(s.get(), 256);
+  // Odd rounds' staging lies after the most any even round uses.
+  for (uint32_t r = 0; r < sched.receivers.size(); ++r) {
+    uint64_t evenEnd = 0, oddBegin = UINT64_MAX;
+    for (const auto &p : sched.pieces)
+      if (p.receiver == r) {
+        if (p.round & 1)
+          oddBegin = std::min(oddBegin, p.recvOffset);
+        else
+          evenEnd = std::max(evenEnd, p.recvOffset + sched.pieceBytes(p));
+      }
+    EXPECT_LE(evenEnd, oddBegin) << "receiver " << r;
+    EXPECT_LE(sched.receivers[r].stagingBytes, 256u);
+  }
+  // Asked to run rounds in turn, or with a cap of one slot: no halves.
+  decl.sequential = true;
+  SchedulePtr inTurn = decl.make();
+  EXPECT_FALSE(inTurn->schedule->overlaps());
+  EXPECT_LT(inTurn->schedule->numRounds, sched.numRounds);
+  expectRoundsUnderCaps(inTurn.get(), 256);
+  decl.sequential = false;
+  decl.receivers[0].cap = 64;
+  EXPECT_FALSE(decl.make()->schedule->overlaps());
+  EXPECT_NE(summaryOf(inTurn.get()).fingerprint, summaryOf(s.get()).fingerprint);
+}
+
+//===----------------------------------------------------------------------===//
 // The file
 //===----------------------------------------------------------------------===//
 
@@ -487,7 +639,7 @@ TEST_F(ScheduleFile, RefusesBadHeaders) {
   EXPECT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN, "not a schedule file"));
   b = bytes;
   b[FileHeader::kVersionAt] = 9;
-  EXPECT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN, "version 9 is not 2"));
+  EXPECT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN, "version 9 is not 3"));
   b = bytes;
   b.push_back(0);
   EXPECT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN,
@@ -503,6 +655,34 @@ TEST_F(ScheduleFile, RefusesBadHeaders) {
   std::vector<uint8_t> plan = plans[0].bytes();
   EXPECT_TRUE(isError(open(plan), LOADPLAN_STATUS_INVALID_PLAN,
                       "not a schedule file"));
+}
+
+TEST_F(ScheduleFile, RefusesJoinedPiecesThatDoNotFollow) {
+  using loadplan::transfer::Schedule;
+  const Schedule &good = *schedule->schedule;
+  size_t joined = 0;
+  while (joined < good.pieces.size() &&
+         !(good.pieces[joined].flags & LOADPLAN_PIECE_JOINED))
+    ++joined;
+  ASSERT_LT(joined, good.pieces.size()) << "the fixture joins no pieces";
+  auto refused = [&](const std::function<void(Schedule &)> &change,
+                     const std::string &message) {
+    Schedule bad = good;
+    change(bad);
+    loadplan::transfer::serializeSchedule(bad);
+    return isError(open(bad.bytes), LOADPLAN_STATUS_INVALID_PLAN, message);
+  };
+  EXPECT_TRUE(refused(
+      [](Schedule &s) { s.pieces[0].flags |= LOADPLAN_PIECE_JOINED; },
+      "piece 0: it is joined but is the first piece"));
+  EXPECT_TRUE(refused(
+      [&](Schedule &s) { s.pieces[joined].sendOffset += 2; },
+      "does not follow the piece before it"));
+  EXPECT_TRUE(refused(
+      [&](Schedule &s) { s.pieces[joined].flags ^= LOADPLAN_PIECE_STAGED; },
+      "it is joined to the piece before it but has another sender, receiver, "
+      "round, or packing or staging"));
+  EXPECT_TRUE(refused([](Schedule &s) { s.flags = 6; }, "unknown flags 6"));
 }
 
 TEST_F(ScheduleFile, TruncatedAnywhereIsRefused) {

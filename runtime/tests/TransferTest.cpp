@@ -16,6 +16,8 @@
 
 #include "TransferTestUtil.h"
 
+#include "../src/transfer/Schedule.h"
+
 #include <chrono>
 #include <csignal>
 #include <functional>
@@ -90,6 +92,13 @@ struct Topology {
   int64_t bigRows = 0;
   /// Whether every plan has converting writes (addConvertingNames).
   bool converting = false;
+  /// Experts of every plan (tpPlan): many make many small pieces.
+  int64_t experts = 4;
+  /// The schedule's join_below and sequential (ScheduleDecl), and whether
+  /// each engine times a link probe.
+  uint64_t joinBelow = 0;
+  bool sequential = false;
+  bool probe = false;
 
   std::vector<TestPlan> plans;
   std::vector<PlanPtr> handles;
@@ -97,7 +106,7 @@ struct Topology {
 
   void build() {
     for (int r = 0; r < receivers; ++r) {
-      plans.push_back(tpPlan(receivers, r));
+      plans.push_back(tpPlan(receivers, r, experts));
       if (bigRows)
         addBigWeight(plans.back(), receivers, r, bigRows, 1024);
       if (converting)
@@ -106,6 +115,8 @@ struct Topology {
     }
     decl.engine = engine;
     decl.world = senders + receivers;
+    decl.joinBelow = joinBelow;
+    decl.sequential = sequential;
     decl.tensors = tensorsOf(plans[0]);
     for (int s = 0; s < senders; ++s) {
       SenderDecl x{s, cap, {}};
@@ -156,6 +167,7 @@ struct RankRun {
   Topology &sc;
   int rank;
   loadplan_transfer_t *transfer = nullptr;
+  const loadplan::transfer::Schedule *schedule = nullptr;
   // Receiver state.
   std::unique_ptr<Memory> memory;
   std::vector<uint8_t> fallback;
@@ -191,6 +203,8 @@ struct RankRun {
     loadplan_transfer_options_init(&options);
     options.num_threads = 1;
     options.debug_fail_round = failRound;
+    options.link_probe = sc.probe;
+    this->schedule = schedule->schedule.get();
     return take(loadplan_transfer_create(comm, schedule, isSender() ? nullptr : &args,
                                          &options, &transfer));
   }
@@ -230,6 +244,25 @@ struct RankRun {
     loadplan_transfer_stats_t stats{};
     if (std::string e = take(loadplan_transfer_stats(transfer, &stats)); !e.empty())
       return e;
+    // One message per schedule message, and the probe's bytes those of an
+    // update.
+    uint64_t messages = 0;
+    for (const auto &p : schedule->pieces)
+      messages += !(p.flags & LOADPLAN_PIECE_JOINED) &&
+                  (isSender() ? int(p.sender) == rank
+                              : int(p.receiver) == receiver());
+    if ((isSender() ? stats.messages_sent : stats.messages_received) != messages)
+      return concat(isSender() ? "sent " : "received ",
+                    isSender() ? stats.messages_sent : stats.messages_received,
+                    " messages, the schedule has ", messages);
+    if (sc.probe && (stats.probe_seconds <= 0 ||
+                     stats.probe_bytes != stats.bytes_sent +
+                                              stats.bytes_received +
+                                              stats.bytes_local))
+      return concat("the probe took ", stats.probe_seconds, " s for ",
+                    stats.probe_bytes, " bytes");
+    if (!sc.probe && (stats.probe_seconds || stats.probe_bytes))
+      return "a probe ran though none was asked for";
     if (isSender())
       return stats.bytes_received ? "a sender received bytes" : "";
     const TestPlan &plan = sc.plans[receiver()];
@@ -300,6 +333,10 @@ struct Case {
   bool atomic;
   uint64_t cap;
   bool converting = false;
+  int64_t experts = 4;
+  uint64_t joinBelow = 0;
+  bool sequential = false;
+  bool probe = false;
 };
 
 void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
@@ -323,6 +360,10 @@ TEST_P(TransferGloo, ReceiversMatchTheReferenceAndMoveWhatTheyNeed) {
   EXPECT_TRUE(runRanks(c.senders + c.receivers, [&](int rank) {
     Topology sc{c.senders, c.receivers, c.engine, c.layout, c.atomic, c.cap};
     sc.converting = c.converting;
+    sc.experts = c.experts;
+    sc.joinBelow = c.joinBelow;
+    sc.sequential = c.sequential;
+    sc.probe = c.probe;
     return runScenario(sc, rank, dir);
   }));
 }
@@ -346,7 +387,18 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"ConvertingMToNFsdpFourToTwoSmallCap", 4, 2, LOADPLAN_ENGINE_M_TO_N,
              Layout::RowShards, false, 64, true},
         Case{"ConvertingMToNAtomic", 2, 2, LOADPLAN_ENGINE_M_TO_N, Layout::RowShards, true, 0,
-             true}),
+             true},
+        // Many small names: pieces between a pair join into few messages,
+        // overlapping rounds (a small cap makes many), each engine probing.
+        Case{"ManyNamesMToNTpTwoToTwo", 2, 2, LOADPLAN_ENGINE_M_TO_N, Layout::TpShards, false,
+             0, true, 256, 0, false, true},
+        Case{"ManyNamesMToNTpTwoToTwoAtomicSmallCap", 2, 2, LOADPLAN_ENGINE_M_TO_N,
+             Layout::TpShards, true, 1024, true, 256, 0, false, true},
+        Case{"ManyNamesMToNFsdpTwoToTwoSmallCap", 2, 2, LOADPLAN_ENGINE_M_TO_N,
+             Layout::RowShards, false, 1024, true, 256},
+        // The same with every piece a message of its own, rounds in turn.
+        Case{"ManyNamesEachPieceAloneSequential", 2, 2, LOADPLAN_ENGINE_M_TO_N,
+             Layout::RowShards, false, 1024, true, 256, 1, true, true}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 class TransferFailures : public TransferGloo {};

@@ -71,6 +71,10 @@ struct ScheduleDecl {
   std::vector<TensorDecl> tensors;
   std::vector<SenderDecl> senders;
   std::vector<ReceiverDecl> receivers;
+  /// loadplan_schedule_spec_t's (0: the defaults: small pieces joined,
+  /// rounds overlapping).
+  uint64_t joinBelow = 0;
+  bool sequential = false;
 
   loadplan_status_t build(loadplan_schedule_t **out) const {
     std::vector<loadplan_checkpoint_tensor_t> ts;
@@ -91,7 +95,8 @@ struct ScheduleDecl {
     for (const ReceiverDecl &r : receivers)
       rs.push_back({r.rank, r.cap, r.atomic, r.plan});
     loadplan_schedule_spec_t spec{engine,    world,     ts.data(), ts.size(),
-                                  ss.data(), ss.size(), rs.data(), rs.size()};
+                                  ss.data(), ss.size(), rs.data(), rs.size(),
+                                  joinBelow, sequential};
     return loadplan_schedule_build(&spec, out);
   }
 

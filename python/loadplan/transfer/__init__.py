@@ -38,6 +38,7 @@ from .quantize import fp8_block_scales, quantize_blocks, quantized_metadata
 from .rendezvous import free_port
 from .schedule import (
     BACKENDS,
+    DEFAULT_JOIN_BELOW,
     DEFAULT_STAGING_CAP,
     ENGINES,
     Schedule,
@@ -49,6 +50,7 @@ from .schedule import (
 
 __all__ = [
     "BACKENDS",
+    "DEFAULT_JOIN_BELOW",
     "DEFAULT_STAGING_CAP",
     "ENGINES",
     "Receiver",

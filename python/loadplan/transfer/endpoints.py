@@ -22,7 +22,9 @@ from .schedule import DEFAULT_STAGING_CAP, Schedule, TransferError, backend_code
 class TransferStats:
     """One update on one rank (loadplan_transfer_stats_t): bytes sent to and
     received from other ranks, copied locally, received in place or into
-    staging, packed before sending; messages; rounds; seconds."""
+    staging, packed before sending; messages; rounds; seconds; and the
+    link probe made at set-up (``probe_seconds`` to move ``probe_bytes``,
+    the same bytes as one message per pair of ranks; 0 without a probe)."""
 
     bytes_sent: int
     bytes_received: int
@@ -35,6 +37,23 @@ class TransferStats:
     rounds: int
     updates: int
     seconds: float
+    probe_seconds: float
+    probe_bytes: int
+
+    @property
+    def over_probe(self) -> float | None:
+        """The update's seconds over the probe's: what it cost over its
+        bytes moved as one message (None without a probe)."""
+        return self.seconds / self.probe_seconds if self.probe_seconds > 0 else None
+
+    def line(self) -> str:
+        """One line for a log: bytes, messages, rounds, seconds and the
+        ratio to the probe."""
+        ratio = "" if self.over_probe is None else \
+            f" probe_s={self.probe_seconds:.4f} over_probe={self.over_probe:.2f}"
+        return (f"bytes={self.bytes_sent + self.bytes_received + self.bytes_local} "
+                f"messages={self.messages_sent + self.messages_received} "
+                f"rounds={self.rounds} seconds={self.seconds:.4f}{ratio}")
 
 
 class Endpoint:
@@ -47,13 +66,16 @@ class Endpoint:
                  engine: str, backend: str, device: torch.device | str | int | None,
                  group: Any, store: Any, init_method: str | None, name: str,
                  host: str | None, timeout: float, staging_cap: int,
-                 num_threads: int | None, debug_fail_round: int):
+                 num_threads: int | None, debug_fail_round: int, join_below: int,
+                 overlap: bool, link_probe: bool):
         engine_code(engine)
         backend_code(backend)
         self._transfer: _native.Transfer | None = None
         self._comm: _native.Comm | None = None
         self.engine, self.backend = engine, backend
         self.staging_cap = int(staging_cap)
+        self.join_below, self.overlap = int(join_below), bool(overlap)
+        self.link_probe = bool(link_probe)
         self._num_threads = num_threads or 0
         self._debug_fail_round = debug_fail_round
         self._rv = Rendezvous(rank, world_size, group=group, store=store,
@@ -106,7 +128,7 @@ class Endpoint:
             return Schedule(_native.Schedule.agree(
                 self.rank, self.world_size, self.num_senders, engine_code(self.engine),
                 self._rv.store_set, self._rv.store_get, f"{self._rv.prefix}/",
-                self._timeout_ms, **self._offer()))
+                self._timeout_ms, self.join_below, not self.overlap, **self._offer()))
         except TransferError as e:
             raise self._rv.with_store_error(e) from None
 
@@ -118,7 +140,7 @@ class Endpoint:
         self._connect()
         self._transfer = _native.Transfer(
             self._comm, self.schedule.native, plan, layouts or [], fallbacks or [],
-            self._num_threads, self._debug_fail_round)
+            self._num_threads, self._debug_fail_round, self.link_probe)
 
     def _update(self, held: list) -> TransferStats:
         if self._transfer is None:
@@ -202,6 +224,15 @@ class Sender(Endpoint):
         staging_cap: bytes this rank may use to pack boxes that are not
             contiguous in what it holds.
         timeout: seconds any transfer may take before it fails.
+        join_below: pieces of fewer bytes between one sender and one
+            receiver in a round travel as one message (0: the runtime's
+            default, 256 KiB; 1: every piece alone). Every rank gives the
+            same.
+        overlap: consecutive rounds overlap (each rank's staging split in
+            halves); False runs them one after another. Every rank gives the
+            same.
+        link_probe: time, at set-up, this rank's bytes of an update moved as
+            one message per pair of ranks (``stats.probe_seconds``).
         quantize: weight name -> scale name (``fp8_block_scales(metadata)``
             finds them) of the fp8 block-quantized names this sender makes
             from high-precision tensors: ``send`` takes a weight in bf16,
@@ -228,6 +259,7 @@ class Sender(Endpoint):
                  staging_cap: int = DEFAULT_STAGING_CAP, num_threads: int | None = None,
                  quantize: Mapping[str, str] | None = None,
                  quantize_block: tuple[int, int] = DEFAULT_BLOCK,
+                 join_below: int = 0, overlap: bool = True, link_probe: bool = True,
                  debug_fail_round: int = -1):
         self.metadata = {m.name: m for m in metadata}
         if holdings is None:
@@ -253,7 +285,8 @@ class Sender(Endpoint):
                          engine=engine, backend=backend, device=device, group=group,
                          store=store, init_method=init_method, name=name, host=host,
                          timeout=timeout, staging_cap=staging_cap, num_threads=num_threads,
-                         debug_fail_round=debug_fail_round)
+                         debug_fail_round=debug_fail_round, join_below=join_below,
+                         overlap=overlap, link_probe=link_probe)
         self._batch = _native.SendBatch([
             (n, _runtime.dtype_code(self.metadata[n].dtype),
              list(self.metadata[n].shape if box is None else (b - a for a, b in box)))
@@ -279,34 +312,46 @@ class Sender(Endpoint):
              for n, b in self.holdings.items()],
         )}
 
-    def send(self, tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]
-             ) -> TransferStats:
+    def send(self, tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
+             *, source: str = "the given pairs") -> TransferStats:
         """Collective: one update. ``tensors`` has this rank's part of every
         name it holds: the box's shape, the declared dtype, on this rank's
-        device (made contiguous if it is not); for a name it quantizes, the
-        weight in bf16, fp16 or fp32 and not its scales.
+        device (dense); for a name it quantizes, the weight in bf16, fp16 or
+        fp32 and not its scales. A dict, or (name, tensor) pairs (a
+        WeightSource's iterator: read as they come, names not held passed
+        over); ``source`` names the pairs in the error when they raise.
 
         Raises:
             ValueError: a tensor is missing, extra, or of the wrong shape,
                 dtype or device (checked before any rank moves a byte).
+            RuntimeError: reading the pairs raised; every other rank's
+                update fails with the message.
             TransferError: the update failed on some rank; every rank
                 raises it.
         """
-        given = tensors if isinstance(tensors, dict) else dict(
-            tensors.items() if isinstance(tensors, Mapping) else tensors)
+        if self._quantized or isinstance(tensors, Mapping) and not isinstance(tensors, dict):
+            tensors = dict(tensors.items() if isinstance(tensors, Mapping) else tensors)
         if self._quantized:
             try:
-                given = quantize_given(given, self._quantized, self.device)
+                tensors = quantize_given(tensors, self._quantized, self.device)
             except ValueError as e:
                 self.fail(e, "invalid_update")  # on every rank
         cuda = self.device.type == "cuda"
+        device = (_runtime.DEVICE_CUDA if cuda else _runtime.DEVICE_CPU,
+                  self.device.index if cuda else 0)
         try:
             # One native call reads and checks every held tensor; nothing
             # per name here.
-            self._batch.read(given, _runtime.DEVICE_CUDA if cuda else _runtime.DEVICE_CPU,
-                             self.device.index if cuda else 0)
-        except ValueError as e:
-            self.fail(e, "invalid_update")  # on every rank
+            if isinstance(tensors, dict):
+                self._batch.read(tensors, *device)
+            else:
+                self._batch.read_pairs(tensors, *device)
+        except Exception as e:
+            if not self._batch.source_failed and isinstance(e, ValueError):
+                self.fail(e, "invalid_update")  # on every rank
+            self.fail(RuntimeError(
+                f"load plan: sender rank {self.rank} could not read its tensors from "
+                f"{source}: {type(e).__name__}: {e}"), "invalid_update")
         self._transfer_batch()
         return self.stats
 
@@ -334,6 +379,7 @@ class Receiver(Endpoint):
                  group: Any = None, store: Any = None, init_method: str | None = None,
                  name: str = "loadplan", host: str | None = None, timeout: float = 60.0,
                  staging_cap: int = DEFAULT_STAGING_CAP, num_threads: int | None = None,
+                 join_below: int = 0, overlap: bool = True, link_probe: bool = True,
                  debug_fail_round: int = -1):
         self.model, self.plan, self.atomic = model, plan, bool(atomic)
         plan.check_layout(model)
@@ -341,7 +387,8 @@ class Receiver(Endpoint):
                          engine=engine, backend=backend, device=device, group=group,
                          store=store, init_method=init_method, name=name, host=host,
                          timeout=timeout, staging_cap=staging_cap, num_threads=num_threads,
-                         debug_fail_round=debug_fail_round)
+                         debug_fail_round=debug_fail_round, join_below=join_below,
+                         overlap=overlap, link_probe=link_probe)
         targets = plan.target_tensors
         devices = {t.device for t in targets}
         if devices - {self.device}:

@@ -17,6 +17,10 @@ ENGINES: dict[str, int] = dict(_native.ENGINES)
 BACKENDS: dict[str, int] = dict(_native.BACKENDS)
 """The runtime's backends by name: "gloo", "nccl"."""
 DEFAULT_STAGING_CAP: int = _native.DEFAULT_STAGING_CAP
+DEFAULT_JOIN_BELOW: int = _native.DEFAULT_JOIN_BELOW
+"""Pieces of fewer bytes between one sender and one receiver in a round
+travel as one message, unless a schedule is made with another
+``join_below``."""
 
 TransferError = _native.TransferError
 """A transfer call failed; ``code`` and ``code_name`` are the runtime's
@@ -79,6 +83,9 @@ class ScheduleSummary:
     num_receivers: int
     num_rounds: int
     num_pieces: int
+    num_messages: int
+    overlap: bool
+    join_below: int
     bytes_moved: int
     bytes_between_ranks: int
     bytes_needed: int
@@ -117,10 +124,17 @@ class Schedule:
         metadata: Sequence[ParamMeta],
         senders: Sequence[tuple[int, Mapping[str, Box | None], int]],
         receivers: Sequence[tuple[int, bytes, int, bool]],
+        *,
+        join_below: int = 0,
+        overlap: bool = True,
     ) -> Schedule:
         """The schedule of ``engine`` for senders ``(comm_rank, holdings,
         staging_cap)`` (holdings: name -> box, None for the whole tensor)
         and receivers ``(comm_rank, plan_bytes, staging_cap, atomic)``.
+        Pieces of fewer than ``join_below`` bytes (0:
+        ``DEFAULT_JOIN_BELOW``; 1: none) between one sender and one
+        receiver in a round travel as one message; with ``overlap``,
+        consecutive rounds overlap in halves of each rank's staging.
 
         Raises:
             TransferError: no schedule serves these (code
@@ -146,7 +160,7 @@ class Schedule:
         except _runtime.StatusError as e:
             raise transfer_error(f"load plan: {e}", e.code_name) from None
         return cls(_native.Schedule.build(engine_code(engine), world_size, tensors, specs,
-                                          plans))
+                                          plans, int(join_below), not overlap))
 
     def to_bytes(self) -> bytes:
         return self.native.to_bytes()

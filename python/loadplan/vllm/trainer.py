@@ -17,6 +17,7 @@ quantizes the source's tensors as it sends them.
 from __future__ import annotations
 
 import datetime
+import itertools
 import uuid
 from fnmatch import fnmatchcase
 from concurrent.futures import ThreadPoolExecutor
@@ -70,6 +71,7 @@ class LoadplanTrainerWeightTransferEngine(TrainerWeightTransferEngine[LoadplanTr
         self._last_epoch = -1  # the last one rank 0 chose
         self._versions: list[str | None] | None = None
         self._sent_meta: list[VllmParamMeta] | None = None
+        self._made: tuple | None = None  # _checkpoint's
         self._round = 0
 
     @classmethod
@@ -153,7 +155,7 @@ class LoadplanTrainerWeightTransferEngine(TrainerWeightTransferEngine[LoadplanTr
                                   self.init_info.quantize_block)
 
     def _ensure_sender(self, epoch: int, meta: list[VllmParamMeta], declared: list[ParamMeta],
-                       quantize: dict[str, str], device: torch.device) -> Sender:
+                       quantize: dict[str, str], held: dict, device: torch.device) -> Sender:
         if self._sender is not None and self._epoch == epoch:
             return self._sender
         self._drop_sender()
@@ -162,8 +164,7 @@ class LoadplanTrainerWeightTransferEngine(TrainerWeightTransferEngine[LoadplanTr
         # A quantized weight's scales are held as the blocks of the weight
         # this rank holds (the Sender sets them).
         self._sender = Sender(
-            declared,
-            holdings=holdings_of(meta, self.rank, info.num_trainer_ranks, self.local),
+            declared, holdings=held,
             rank=self.rank, world_size=info.world_size, num_senders=info.num_trainer_ranks,
             engine=info.engine, backend=transport,
             device=device if device.type == "cuda" else None, store=self.store,
@@ -189,17 +190,22 @@ class LoadplanTrainerWeightTransferEngine(TrainerWeightTransferEngine[LoadplanTr
         if sender is not None:
             sender.close()
 
-    def _tensors(self, held: dict) -> dict[str, torch.Tensor]:
-        """This rank's tensors of the update, from the source (every rank
-        iterates it whole, in metadata order: its collectives line up)."""
-        pairs = self.source.iter_local() if self.local else self.source.iter_full()
-        return {name: t.detach() for name, t in pairs if name in held}
+    def _checkpoint(self, meta: list[VllmParamMeta]) -> tuple:
+        """What this rank makes of the source's metadata, the same on every
+        rank: the declared checkpoint, the quantized names and this rank's
+        holdings. Per name, so made once per metadata list (a WeightSource's
+        is a cached_property: the same list on every update)."""
+        if self._made is None or meta is not self._made[0]:
+            declared, quantize = self._declared(meta)
+            held = holdings_of(meta, self.rank, self.init_info.num_trainer_ranks, self.local)
+            self._made = (meta, declared, quantize, held)
+        return self._made[1:]
 
     def send_weights(self) -> None:
         meta = self.source.metadata
-        declared, quantize = self._declared(meta)  # the same on every rank
+        declared, quantize, held = self._checkpoint(meta)
         self._round += 1
-        declaring = meta != self._sent_meta
+        declaring = meta is not self._sent_meta and meta != self._sent_meta
         epoch = self._agree_on_epoch(declaring)
         update = LoadplanWeightTransferUpdateInfo(epoch=epoch)
         if declaring:
@@ -207,7 +213,6 @@ class LoadplanTrainerWeightTransferEngine(TrainerWeightTransferEngine[LoadplanTr
                 epoch=epoch, names=[m.name for m in declared],
                 dtype_names=[str(m.dtype).removeprefix("torch.") for m in declared],
                 shapes=[list(m.shape) for m in declared])
-        tensors = None
         executor = future = None
         try:
             if self.is_sender:
@@ -215,18 +220,23 @@ class LoadplanTrainerWeightTransferEngine(TrainerWeightTransferEngine[LoadplanTr
                 executor = ThreadPoolExecutor(max_workers=1)
                 # The workers receive while every trainer rank sends.
                 future = executor.submit(self.client.update_weights, asdict(update))
-            held = holdings_of(meta, self.rank, self.init_info.num_trainer_ranks, self.local)
+            # The source's pairs (every rank iterates it whole, in metadata
+            # order: its collectives line up), read natively as they come;
+            # the first says on which device the tensors are.
+            source = type(self.source).__name__
+            pairs = iter(self.source.iter_local() if self.local else self.source.iter_full())
             try:
-                tensors = self._tensors(held)
+                first = next(pairs, None)
             except Exception as e:
                 self._refuse(epoch, RuntimeError(
                     f"load plan: trainer rank {self.rank} could not read its tensors from "
-                    f"{type(self.source).__name__}: {type(e).__name__}: {e}"))
-            device = next(iter(tensors.values())).device if tensors else torch.device("cpu")
-            sender = self._ensure_sender(epoch, meta, declared, quantize, device)
-            # The source's tensors (the sender checks that they are the held
-            # ones, on every rank); the sender makes the scales.
-            sender.send(tensors)
+                    f"{source}: {type(e).__name__}: {e}"))
+            device = first[1].device if first is not None else torch.device("cpu")
+            sender = self._ensure_sender(epoch, meta, declared, quantize, held, device)
+            # The sender checks that they are the held ones, failing every
+            # rank if not, and makes the scales.
+            sender.send(pairs if first is None else itertools.chain((first,), pairs),
+                        source=source)
         except BaseException:
             self._drop_sender()  # the next update makes new endpoints
             if future is not None:

@@ -80,6 +80,7 @@ class LoadplanWeightTransferEngine(
         # watches each update: it outlives a failed update and a new trainer.
         self._observer: processing.Observer | None = None
         self._plans_made = 0
+        self._updates = 0  # that this engine received
 
     # -- set-up -------------------------------------------------------------
 
@@ -131,7 +132,7 @@ class LoadplanWeightTransferEngine(
             return LoadPlan.load(path, self.model)
 
     def _ensure_plan(self, metas: list[ParamMeta]) -> None:
-        if self.plan is not None and metas == self._metas:
+        if self.plan is not None and (metas is self._metas or metas == self._metas):
             return
         t0 = time.perf_counter()
         key = plans.model_key(self.vllm_config, self.model, self.rank)
@@ -257,20 +258,23 @@ class LoadplanWeightTransferEngine(
             raise
         receiver = self._ensure_receiver(update_info.epoch)
         try:
-            receiver.receive(load_fallbacks=False)
+            stats = receiver.receive(load_fallbacks=False)
         except Exception:
             self._drop_receiver()  # the next update makes new endpoints
             raise
+        self._updates += 1
+        logger.info("load plan: worker rank %d update %d: %s", self.rank, self._updates,
+                    stats.line())
         # Every rank has all of the update; the direct names are in place.
         self._load_fallbacks(receiver.fallbacks)
         if self._observer is not None:
             self._refine()
 
     def _load_fallbacks(self, fallbacks: dict[str, torch.Tensor]) -> None:
+        if not self.processed and not fallbacks:
+            return
         modules = dict(self.model.named_modules())
         layers = {n: modules[n] for n in self.processed}
-        if not layers and not fallbacks:
-            return
 
         def load_weights(pairs: list) -> None:
             with disable_mtp_completeness_check():

@@ -16,7 +16,8 @@
  *            u64  payload_size  (bytes after the header)
  *            u64  checksum      (loadplan_checksum64 of the payload)
  *
- *   payload: u32 engine (loadplan_engine_t), u32 world_size, u32 num_rounds
+ *   payload: u32 engine (loadplan_engine_t), u32 world_size, u32 num_rounds,
+ *            u32 flags (loadplan_schedule_flags_t), u64 join_below
  *            u32 num_tensors, then per tensor:
  *                str name, u32 dtype, u32 rank, i64 shape[rank]
  *            u32 num_senders, then per sender:
@@ -47,28 +48,53 @@
  * into the receiver's staging buffer when the piece is STAGED (else 0: it
  * lands in place, where the receiver's plan puts it). staging_bytes is the
  * buffer each rank allocates: the most any round uses (for an atomic
- * receiver, the sum over all rounds).
+ * receiver, the sum over all rounds; with LOADPLAN_SCHEDULE_OVERLAP, the
+ * most an even round uses, rounded up to 64, plus the most an odd round
+ * uses, whose offsets start after the even rounds' part).
+ *
+ * Messages. Each piece travels as a message of its own, unless it is
+ * JOINED: then it travels in the message of the piece before it, which has
+ * the same sender, receiver, round and holding-or-staging choices
+ * (PACKED and STAGED alike), and its bytes follow that piece's at once on
+ * both sides: send_offset is the previous piece's send_offset plus its
+ * bytes (in the sender's staging when packed, else in the same holding),
+ * and recv_offset likewise when staged (else its destination in live
+ * memory follows the previous piece's, which the receiver checks against
+ * its plan). A joined piece's offsets are multiples of its element size;
+ * the first piece of a packed or staged message starts 64-byte aligned.
+ * The builder joins the pieces of fewer than join_below bytes between one
+ * sender and one receiver in a round (largest elements first, then in
+ * destination order), up to the per-round staging cap: one message instead
+ * of one per piece.
+ *
+ * Rounds. With LOADPLAN_SCHEDULE_OVERLAP, a rank's staging is two halves
+ * (even and odd rounds), each at most half its cap: a sender packs round
+ * r+1 while round r is in flight, and a receiver scatters round r while
+ * round r+1 arrives. Without it, rounds run one after another and each
+ * may use the whole cap.
  *
  * plan_digest is loadplan_fnv1a64 over the receiver plan's fingerprint and,
  * per entry, its name, kind, dtype, shape, boxes and writes (target, box,
  * offset, shape, stride), each integer as a u64 and each string as u64
  * length then bytes: a receiver refuses a schedule made for another plan.
  *
- * The fingerprint is loadplan_fnv1a64 over the engine, world_size, each
- * tensor (name, dtype, rank, shape), each sender (comm_rank, staging_cap,
+ * The fingerprint is loadplan_fnv1a64 over the engine, world_size, flags,
+ * join_below, each tensor (name, dtype, rank, shape), each sender (comm_rank, staging_cap,
  * holdings) and each receiver (comm_rank, staging_cap, atomic,
  * plan_fingerprint, plan_digest), hashed the same way: equal inputs give
  * equal fingerprints.
  *
- * Version 2 made the checksum XXH64, as plan files' version 3 did; a
- * version 1 schedule is refused (make it again).
+ * Version 2 made the checksum XXH64, as plan files' version 3 did; version
+ * 3 added flags, join_below and joined pieces. Earlier versions are
+ * refused (make the schedule again).
  *
  * Offers and the answer (loadplan_schedule_agree): what each rank hands
  * rank 0 through the store, and what rank 0 hands back; same integers and
  * strings as above, no header (they live for one set-up):
  *
- *   offer:   char magic[8] = "LPOFFER1", u32 rank, u32 role
- *            (loadplan_offer_role_t), u32 engine, then by role:
+ *   offer:   char magic[8] = "LPOFFER2", u32 rank, u32 role
+ *            (loadplan_offer_role_t), u32 engine, u64 join_below,
+ *            u32 sequential (loadplan_agree_options_t's), then by role:
  *            sender:   u64 staging_cap, u32 num_tensors, per tensor:
  *                          str name, u32 dtype, u32 rank, i64 shape[rank]
  *                      u32 num_holdings, per holding: u32 tensor (of this
@@ -93,9 +119,9 @@ extern "C" {
 
 #define LOADPLAN_SCHEDULE_MAGIC "LPSCHEDL"
 #define LOADPLAN_SCHEDULE_MAGIC_SIZE 8
-#define LOADPLAN_SCHEDULE_VERSION 2u
+#define LOADPLAN_SCHEDULE_VERSION 3u
 #define LOADPLAN_SCHEDULE_HEADER_SIZE 40u
-#define LOADPLAN_OFFER_MAGIC "LPOFFER1"
+#define LOADPLAN_OFFER_MAGIC "LPOFFER2"
 #define LOADPLAN_OFFER_MAGIC_SIZE 8
 
 /* How updates reach the receivers. */
@@ -130,7 +156,15 @@ typedef enum loadplan_piece_flags_t {
   /* Not one contiguous run of live memory in the piece's order (or the
    * receiver is atomic): received into staging, then scattered. */
   LOADPLAN_PIECE_STAGED = 2,
+  /* Travels in the message of the piece before it (see "Messages"). */
+  LOADPLAN_PIECE_JOINED = 4,
 } loadplan_piece_flags_t;
+
+typedef enum loadplan_schedule_flags_t {
+  /* Staging in two halves: round r+1 is packed, and round r scattered,
+   * while the other is in flight (see "Rounds"). */
+  LOADPLAN_SCHEDULE_OVERLAP = 1,
+} loadplan_schedule_flags_t;
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -184,7 +184,19 @@ typedef struct loadplan_schedule_spec_t {
   size_t num_senders;
   const loadplan_receiver_spec_t *receivers;
   size_t num_receivers;
+  /* Pieces of fewer bytes between one sender and one receiver in a round
+   * travel as one message, packed by the sender and scattered (or, where
+   * their destinations line up, received in place) by the receiver; 0:
+   * LOADPLAN_DEFAULT_JOIN_BELOW, 1: every piece is a message of its own. */
+  uint64_t join_below;
+  /* Nonzero: rounds run one after another, each with the whole staging
+   * cap. Otherwise (and when every cap holds two 64-byte slots) staging is
+   * split in two halves so that packing, sending and scattering of
+   * consecutive rounds overlap (LOADPLAN_SCHEDULE_OVERLAP). */
+  uint32_t sequential;
 } loadplan_schedule_spec_t;
+
+#define LOADPLAN_DEFAULT_JOIN_BELOW (256ull << 10)
 
 /* Computes a schedule (see schedule_format.h for what it holds). The same
  * spec gives the same bytes on every machine. INVALID_ARGUMENT says why a
@@ -235,6 +247,9 @@ typedef struct loadplan_agree_options_t {
   const char *prefix;
   /* Per wait; 0: 60000. */
   int64_t timeout_ms;
+  /* As in loadplan_schedule_spec_t; every rank must ask for the same. */
+  uint64_t join_below;
+  uint32_t sequential;
 } loadplan_agree_options_t;
 
 LOADPLAN_API void loadplan_agree_options_init(loadplan_agree_options_t *options);
@@ -278,6 +293,11 @@ typedef struct loadplan_schedule_summary_t {
   uint32_t num_receivers;
   uint32_t num_rounds;
   uint64_t num_pieces;
+  /* Messages between ranks and to themselves: pieces travel together
+   * where they are JOINED. */
+  uint64_t num_messages;
+  uint32_t flags; /* loadplan_schedule_flags_t */
+  uint64_t join_below;
   /* Bytes of all pieces, and of those between different ranks. */
   uint64_t bytes_moved;
   uint64_t bytes_between_ranks;
@@ -344,6 +364,9 @@ typedef struct loadplan_transfer_options_t {
    * keeping the transfer going, as a rank whose copies failed does; -1:
    * off. */
   int32_t debug_fail_round;
+  /* Nonzero: at creation, time a link probe (see
+   * loadplan_transfer_stats_t.probe_seconds). */
+  uint32_t link_probe;
 } loadplan_transfer_options_t;
 
 LOADPLAN_API void loadplan_transfer_options_init(loadplan_transfer_options_t *options);
@@ -407,6 +430,14 @@ typedef struct loadplan_transfer_stats_t {
   uint32_t rounds; /* rounds this rank took part in */
   uint32_t updates; /* updates so far that succeeded */
   double seconds;
+  /* The speed of light: the seconds this rank took, at creation, to move
+   * the bytes it sends and receives in an update as one message per pair
+   * of ranks (chunks of at most 64 MiB), all at once, from and into
+   * scratch memory over the same transport, the better of two runs (0: no
+   * probe was asked for).
+   * seconds / probe_seconds is what an update costs over its bytes. */
+  double probe_seconds;
+  uint64_t probe_bytes;
 } loadplan_transfer_stats_t;
 
 LOADPLAN_API loadplan_status_t

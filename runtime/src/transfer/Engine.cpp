@@ -28,7 +28,10 @@ struct Record {
 };
 static_assert(sizeof(Record) == 512, "records are 512 bytes");
 
-enum Phase : uint64_t { kCreate = 0, kValidate = 1, kCommit = 2 };
+enum Phase : uint64_t { kCreate = 0, kValidate = 1, kCommit = 2, kProbe = 3 };
+
+/// The link probe moves its bytes in chunks of at most this many.
+constexpr uint64_t kProbeChunk = uint64_t(64) << 20;
 
 /// Adds an entry to a derived plan: a tensor of `shape` whose boxes `parts`
 /// (relative to the tensor) land in their regions.
@@ -102,6 +105,17 @@ struct Engine::Sends {
   std::vector<uint32_t> active;
 };
 
+/// The link probe's scratch memory and what it moves (Engine::probe).
+struct Engine::Probe {
+  /// Per peer rank: bytes this rank sends it, receives from it in an
+  /// update (this rank's own: its pieces to itself).
+  std::vector<uint64_t> sendBytes, recvBytes;
+  /// One chunk to send from, and one chunk per peer to receive into:
+  /// peer p's at recvAt[p] in `recv`.
+  Staging send, recv;
+  std::vector<uint64_t> recvAt;
+};
+
 struct Engine::Receives {
   bool atomic = false;
   /// The scatter plan: per entry, a staged piece.
@@ -131,6 +145,85 @@ Engine::Engine(loadplan_comm_t &comm, const Schedule &schedule,
     local = StatusError(LOADPLAN_STATUS_INTERNAL, e.what());
   }
   agree(local, kCreate, schedule.checksum);
+  if (linkProbe)
+    probe();
+}
+
+void Engine::setUpProbe() {
+  linkProbe = std::make_unique<Probe>();
+  Probe &lp = *linkProbe;
+  lp.sendBytes.assign(size_t(transport.size), 0);
+  lp.recvBytes.assign(size_t(transport.size), 0);
+  for (const Piece &p : schedule.pieces) {
+    uint64_t bytes = schedule.pieceBytes(p);
+    uint32_t from = schedule.senders[p.sender].commRank,
+             to = schedule.receivers[p.receiver].commRank;
+    if (from == me)
+      lp.sendBytes[to] += bytes;
+    if (to == me && from != me)
+      lp.recvBytes[from] += bytes;
+  }
+  uint64_t sendChunk = 0, recvTotal = 0;
+  lp.recvAt.assign(size_t(transport.size), 0);
+  for (size_t peer = 0; peer < lp.sendBytes.size(); ++peer) {
+    sendChunk = std::max(sendChunk, std::min(lp.sendBytes[peer], kProbeChunk));
+    lp.recvAt[peer] = recvTotal;
+    // This rank's own pieces are copied into its slot.
+    uint64_t in = peer == me ? lp.sendBytes[peer] : lp.recvBytes[peer];
+    recvTotal += std::min(in, kProbeChunk);
+  }
+  lp.send.allocate(transport, sendChunk);
+  lp.recv.allocate(transport, recvTotal);
+}
+
+void Engine::probe() {
+  // The better of two: the first also faults in the scratch memory and
+  // warms the connections, which no update pays.
+  double best = 0;
+  for (int run = 0; run < 2; ++run) {
+    double seconds = probeOnce();
+    best = run ? std::min(best, seconds) : seconds;
+  }
+  stats.probe_seconds = best;
+}
+
+double Engine::probeOnce() {
+  Probe &lp = *linkProbe;
+  // Every rank starts together, as an update's rounds do after its
+  // agreement.
+  agree(std::nullopt, kProbe, schedule.checksum);
+  auto begin = std::chrono::steady_clock::now();
+  std::vector<Op> ops;
+  uint64_t bytes = 0;
+  for (int peer = 0; peer < transport.size; ++peer) {
+    bool self = uint32_t(peer) == me;
+    auto chunks = [&](bool send, uint64_t total) {
+      uint64_t tag = kProbeTag;
+      for (uint64_t at = 0; at < total; at += kProbeChunk, ++tag) {
+        uint64_t n = std::min(kProbeChunk, total - at);
+        void *data = send ? static_cast<void *>(lp.send.data)
+                          : static_cast<void *>(lp.recv.data + lp.recvAt[peer]);
+        if (self && !transport.selfOps()) {
+          if (send)
+            transport.copy(lp.recv.data + lp.recvAt[peer], lp.send.data, n,
+                           nullptr);
+          continue;
+        }
+        ops.push_back({send, peer, data, n, tag});
+      }
+    };
+    chunks(true, lp.sendBytes[peer]);
+    bytes += lp.sendBytes[peer];
+    if (!self || transport.selfOps())
+      chunks(false, self ? lp.sendBytes[peer] : lp.recvBytes[peer]);
+    if (!self)
+      bytes += lp.recvBytes[peer];
+  }
+  transport.run(ops, nullptr);
+  transport.synchronize(nullptr);
+  stats.probe_bytes = bytes;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
+      .count();
 }
 
 Engine::~Engine() = default;
@@ -175,6 +268,8 @@ void Engine::setUp(const loadplan_receiver_args_t *receiver,
     setUpSender(options.num_threads);
   if (receiverIndex >= 0)
     setUpReceiver(*receiver);
+  if (options.link_probe)
+    setUpProbe();
 }
 
 std::unique_ptr<Executor> Engine::makeExecutor(const Plan &plan,
@@ -353,6 +448,15 @@ void Engine::setUpReceiver(const loadplan_receiver_args_t &args) {
              "is not one contiguous run");
       receives->destination[i] =
           targetData(target) + parts[0].region.offset * t.itemSize();
+      // The message arrives as one run: each joined piece's bytes must
+      // lie right after the previous piece's (the parser checked that the
+      // piece before it is of this message).
+      if ((p.flags & LOADPLAN_PIECE_JOINED) &&
+          receives->destination[i] != receives->destination[i - 1] +
+                                          schedule.pieceBytes(schedule.pieces[i - 1]))
+        fail(LOADPLAN_STATUS_INVALID_PLAN, "schedule piece ", i, " of ",
+             quote(t.name), " lands in place joined to the piece before it, "
+             "but its destination in the plan does not follow that piece's");
       continue;
     }
     if (parts.empty())
@@ -479,11 +583,30 @@ void Engine::scatter(const std::vector<uint32_t> &entries, void *stream) {
   receives->executor->run(batch, stream);
 }
 
-void Engine::runRounds(void *stream, std::optional<StatusError> &local) {
-  auto keep = [&](const StatusError &e) {
-    if (!local)
-      local = e;
-  };
+void Engine::pack(uint32_t round, void *stream,
+                  std::optional<StatusError> &local) {
+  if (!sends || !sends->executor || local)
+    return;
+  sends->active.clear();
+  for (uint32_t i : roundPieces[round])
+    if (sends->entryOfPiece[i] >= 0)
+      sends->active.push_back(uint32_t(sends->entryOfPiece[i]));
+  if (sends->active.empty())
+    return;
+  std::vector<const uint8_t *> noBoxes(sends->plan.numBoxes, nullptr);
+  Batch batch{SourceForm::Tensor, sends->active.data(), sends->active.size(),
+              sends->entrySource.data(), noBoxes.data(), describeEntry,
+              &sends->plan};
+  try {
+    sends->executor->checkSources(batch);
+    sends->executor->run(batch, stream);
+  } catch (const StatusError &e) {
+    local = e;
+  }
+}
+
+std::unique_ptr<Transport::Posted> Engine::startRound(uint32_t round,
+                                                      void *stream) {
   std::vector<Op> ops;
   struct LocalCopy {
     uint8_t *dst;
@@ -491,105 +614,165 @@ void Engine::runRounds(void *stream, std::optional<StatusError> &local) {
     uint64_t bytes;
   };
   std::vector<LocalCopy> copies;
-  for (uint32_t round = 0; round < roundPieces.size(); ++round) {
-    const std::vector<uint32_t> &list = roundPieces[round];
-    if (int32_t(round) == failRound) {
-      failRound = -1;
-      keep(StatusError(LOADPLAN_STATUS_INTERNAL,
-                       concat("debug_fail_round: this rank failed on purpose "
-                              "at round ", round)));
+  // Where the message of the piece before starts: a joined piece adds its
+  // bytes to it (the parser checked it is the same message).
+  size_t sendOp = 0, recvOp = 0, copy = 0;
+  uint64_t uncounted = 0; // messages of a rank to itself
+  for (uint32_t i : roundPieces[round]) {
+    const Piece &p = schedule.pieces[i];
+    uint64_t bytes = schedule.pieceBytes(p);
+    bool isSender = int64_t(p.sender) == senderIndex;
+    bool isReceiver = int64_t(p.receiver) == receiverIndex;
+    bool joined = p.flags & LOADPLAN_PIECE_JOINED;
+    auto post = [&](bool send, uint32_t peer, const uint8_t *data, size_t &op,
+                    uint64_t &messages) {
+      if (joined) {
+        ops[op].bytes += bytes;
+        return;
+      }
+      ++messages;
+      op = ops.size();
+      ops.push_back({send, int(peer), const_cast<uint8_t *>(data), bytes, i});
+    };
+    const uint8_t *src = nullptr;
+    uint8_t *dst = nullptr;
+    if (isSender) {
+      src = p.flags & LOADPLAN_PIECE_PACKED
+                ? sends->staging.data + p.sendOffset
+                : sends->source[p.holding] + p.sendOffset;
+      if (p.flags & LOADPLAN_PIECE_PACKED)
+        stats.bytes_packed += bytes;
     }
-    if (list.empty())
-      continue;
-    ++stats.rounds;
-    // Pack what this rank sends from staging.
-    if (sends && sends->executor) {
-      sends->active.clear();
-      for (uint32_t i : list)
-        if (sends->entryOfPiece[i] >= 0)
-          sends->active.push_back(uint32_t(sends->entryOfPiece[i]));
-      if (!sends->active.empty() && !local) {
-        std::vector<const uint8_t *> noBoxes(sends->plan.numBoxes, nullptr);
-        Batch batch{SourceForm::Tensor, sends->active.data(),
-                    sends->active.size(), sends->entrySource.data(),
-                    noBoxes.data(), describeEntry, &sends->plan};
-        try {
-          sends->executor->checkSources(batch);
-          sends->executor->run(batch, stream);
-        } catch (const StatusError &e) {
-          keep(e);
-        }
-      }
+    if (isReceiver) {
+      bool staged = p.flags & LOADPLAN_PIECE_STAGED;
+      dst = staged ? receives->staging.data + p.recvOffset
+                   : receives->destination[i];
+      (staged ? stats.bytes_staged : stats.bytes_in_place) += bytes;
     }
-    ops.clear();
-    copies.clear();
-    for (uint32_t i : list) {
-      const Piece &p = schedule.pieces[i];
-      uint64_t bytes = schedule.pieceBytes(p);
-      bool isSender = int64_t(p.sender) == senderIndex;
-      bool isReceiver = int64_t(p.receiver) == receiverIndex;
-      const uint8_t *src = nullptr;
-      uint8_t *dst = nullptr;
-      if (isSender) {
-        src = p.flags & LOADPLAN_PIECE_PACKED
-                  ? sends->staging.data + p.sendOffset
-                  : sends->source[p.holding] + p.sendOffset;
-        if (p.flags & LOADPLAN_PIECE_PACKED)
-          stats.bytes_packed += bytes;
-      }
-      if (isReceiver) {
-        bool staged = p.flags & LOADPLAN_PIECE_STAGED;
-        dst = staged ? receives->staging.data + p.recvOffset
-                     : receives->destination[i];
-        (staged ? stats.bytes_staged : stats.bytes_in_place) += bytes;
-      }
-      if (isSender && isReceiver) {
-        stats.bytes_local += bytes;
-        if (transport.selfOps()) {
-          ops.push_back({true, int(me), const_cast<uint8_t *>(src), bytes, i});
-          ops.push_back({false, int(me), dst, bytes, i});
-        } else {
-          copies.push_back({dst, src, bytes});
-        }
-      } else if (isSender) {
-        stats.bytes_sent += bytes;
-        ++stats.messages_sent;
-        ops.push_back({true, int(schedule.receivers[p.receiver].commRank),
-                       const_cast<uint8_t *>(src), bytes, i});
+    if (isSender && isReceiver) {
+      stats.bytes_local += bytes;
+      if (transport.selfOps()) {
+        post(true, me, src, sendOp, uncounted);
+        post(false, me, dst, recvOp, uncounted);
+      } else if (joined) {
+        copies[copy].bytes += bytes;
       } else {
-        stats.bytes_received += bytes;
-        ++stats.messages_received;
-        ops.push_back({false, int(schedule.senders[p.sender].commRank), dst,
-                       bytes, i});
+        copy = copies.size();
+        copies.push_back({dst, src, bytes});
       }
-    }
-    try {
-      for (const LocalCopy &c : copies)
-        transport.copy(c.dst, c.src, c.bytes, stream);
-      transport.run(ops, stream);
-    } catch (const StatusError &e) {
-      keep(e);
-      if (transport.failed())
-        return; // peers may be gone: the agreement says what happened
-    }
-    // Scatter what was staged, unless all waits for the agreement.
-    if (receives && receives->executor && !receives->atomic) {
-      receives->active.clear();
-      for (uint32_t i : list)
-        if (receives->entryOfPiece[i] >= 0)
-          receives->active.push_back(uint32_t(receives->entryOfPiece[i]));
-      try {
-        scatter(receives->active, stream);
-      } catch (const StatusError &e) {
-        keep(e);
-      }
+    } else if (isSender) {
+      stats.bytes_sent += bytes;
+      post(true, schedule.receivers[p.receiver].commRank, src, sendOp,
+           stats.messages_sent);
+    } else {
+      stats.bytes_received += bytes;
+      post(false, schedule.senders[p.sender].commRank, dst, recvOp,
+           stats.messages_received);
     }
   }
-  if (failRound >= int32_t(roundPieces.size())) {
-    failRound = -1;
+  for (const LocalCopy &c : copies)
+    transport.copy(c.dst, c.src, c.bytes, stream);
+  return transport.start(ops, stream);
+}
+
+void Engine::scatterRound(uint32_t round, void *stream,
+                          std::optional<StatusError> &local) {
+  // Atomic receivers scatter everything once all agreed.
+  if (!receives || !receives->executor || receives->atomic)
+    return;
+  receives->active.clear();
+  for (uint32_t i : roundPieces[round])
+    if (receives->entryOfPiece[i] >= 0)
+      receives->active.push_back(uint32_t(receives->entryOfPiece[i]));
+  try {
+    scatter(receives->active, stream);
+  } catch (const StatusError &e) {
+    if (!local)
+      local = e;
+  }
+}
+
+void Engine::runRounds(void *stream, std::optional<StatusError> &local) {
+  auto keep = [&](const StatusError &e) {
+    if (!local)
+      local = e;
+  };
+  // The rounds this rank takes part in, in order. With overlap the
+  // staging halves alternate with the round's parity, so round r+1 is
+  // packed while round r is in flight, and round r scattered while round
+  // r+1 is: at most two consecutive rounds use staging at once.
+  std::vector<uint32_t> mine;
+  for (uint32_t round = 0; round < roundPieces.size(); ++round)
+    if (!roundPieces[round].empty())
+      mine.push_back(round);
+  stats.rounds = uint32_t(mine.size());
+  // debug_fail_round: from that round on, as a rank whose copies failed.
+  auto pack = [&](uint32_t round) {
+    if (failRound >= 0 && round >= uint32_t(failRound)) {
+      keep(StatusError(LOADPLAN_STATUS_INTERNAL,
+                       concat("debug_fail_round: this rank failed on purpose "
+                              "at round ", failRound)));
+      failRound = -1;
+    }
+    this->pack(round, stream, local);
+  };
+  bool overlap = schedule.overlaps();
+  std::unique_ptr<Transport::Posted> posted;
+  auto start = [&](size_t k) {
+    try {
+      posted = startRound(mine[k], stream);
+      return true;
+    } catch (const StatusError &e) {
+      keep(e);
+      return !transport.failed();
+    }
+  };
+  auto finish = [&] {
+    if (!posted)
+      return true;
+    try {
+      transport.finish(*posted);
+      posted.reset();
+      return true;
+    } catch (const StatusError &e) {
+      posted.reset();
+      keep(e);
+      return !transport.failed();
+    }
+  };
+  if (!mine.empty()) {
+    pack(mine[0]);
+    if (!start(0))
+      return; // peers may be gone: the agreement says what happened
+  }
+  for (size_t k = 0; k < mine.size(); ++k) {
+    bool next = k + 1 < mine.size();
+    // Round r+1 may be packed now only into the other staging half: the
+    // consecutive round of the schedule, of the other parity.
+    bool early = overlap && next && mine[k + 1] == mine[k] + 1;
+    if (early)
+      pack(mine[k + 1]);
+    if (!finish())
+      return;
+    if (next && !early)
+      scatterRound(mine[k], stream, local);
+    if (next) {
+      if (!early)
+        pack(mine[k + 1]);
+      if (!start(k + 1))
+        return;
+    }
+    if (!next || early)
+      scatterRound(mine[k], stream, local);
+  }
+  if (failRound >= 0) {
     keep(StatusError(LOADPLAN_STATUS_INTERNAL,
-                     "debug_fail_round: this rank failed on purpose after the "
-                     "last round"));
+                     failRound < int32_t(roundPieces.size())
+                         ? concat("debug_fail_round: this rank failed on "
+                                  "purpose at round ", failRound)
+                         : std::string("debug_fail_round: this rank failed on "
+                                       "purpose after the last round")));
+    failRound = -1;
   }
   try {
     transport.synchronize(stream);
@@ -601,9 +784,12 @@ void Engine::runRounds(void *stream, std::optional<StatusError> &local) {
 void Engine::update(const loadplan_held_tensor_t *held, size_t numHeld,
                     void *stream) {
   auto start = std::chrono::steady_clock::now();
-  uint32_t updates = stats.updates;
+  loadplan_transfer_stats_t last = stats;
   stats = {};
-  stats.updates = updates;
+  stats.updates = last.updates;
+  stats.probe_seconds = last.probe_seconds;
+  stats.probe_bytes = last.probe_bytes;
+  uint32_t updates = stats.updates;
   uint64_t sequence = uint64_t(updates) + failedUpdates + 1;
   std::optional<StatusError> local;
   try {

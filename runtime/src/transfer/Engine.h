@@ -57,11 +57,18 @@ public:
 private:
   struct Sends;
   struct Receives;
+  struct Probe;
 
   void setUp(const loadplan_receiver_args_t *receiver,
              const loadplan_transfer_options_t &options);
   void setUpSender(uint32_t threads);
   void setUpReceiver(const loadplan_receiver_args_t &args);
+  /// Sizes and allocates the link probe's scratch memory.
+  void setUpProbe();
+  /// Collective: times the link probe (loadplan_transfer_stats_t).
+  void probe();
+  /// Collective: one run of the probe; its seconds.
+  double probeOnce();
   std::unique_ptr<Executor> makeExecutor(const Plan &plan,
                                          const std::vector<uint8_t *> &bases,
                                          uint32_t threads);
@@ -72,6 +79,14 @@ private:
   std::string roleOf(uint32_t rank) const;
   void checkHeld(const loadplan_held_tensor_t *held, size_t numHeld);
   void runRounds(void *stream, std::optional<StatusError> &local);
+  /// Packs what this rank sends in `round` into its staging (unless an
+  /// error is kept in `local`).
+  void pack(uint32_t round, void *stream, std::optional<StatusError> &local);
+  /// Posts `round`'s messages (and copies this rank's pieces to itself).
+  std::unique_ptr<Transport::Posted> startRound(uint32_t round, void *stream);
+  /// Scatters what this rank received into staging in `round`.
+  void scatterRound(uint32_t round, void *stream,
+                    std::optional<StatusError> &local);
   void scatter(const std::vector<uint32_t> &entries, void *stream);
 
   loadplan_comm_t &comm;
@@ -84,6 +99,7 @@ private:
   uint64_t failedUpdates = 0;
   std::unique_ptr<Sends> sends;
   std::unique_ptr<Receives> receives;
+  std::unique_ptr<Probe> linkProbe;
   /// Per round: this rank's pieces (as sender or receiver), in order.
   std::vector<std::vector<uint32_t>> roundPieces;
 };

@@ -136,21 +136,38 @@ public:
   loadplan_device_t device() const override { return {LOADPLAN_DEVICE_CPU, 0}; }
   bool selfOps() const override { return false; }
 
-  void run(const std::vector<Op> &ops, void *) override {
-    checkOpen();
+  /// Posted ops and their buffers; buffers of ops never waited for are
+  /// kept until the transport goes (a receive may yet land in them).
+  struct GlooPosted final : Posted {
+    GlooTransport *transport;
+    std::vector<Op> ops;
     std::vector<Buffer> buffers;
-    buffers.reserve(ops.size());
+    ~GlooPosted() override { transport->bury(buffers); }
+  };
+
+  std::unique_ptr<Posted> start(const std::vector<Op> &ops, void *) override {
+    checkOpen();
+    auto posted = std::make_unique<GlooPosted>();
+    posted->transport = this;
+    posted->ops = ops;
+    posted->buffers.reserve(ops.size());
     std::string error;
     for (size_t i = 0; i < ops.size() && error.empty(); ++i)
-      post(ops[i], buffers.emplace_back(), error);
+      post(ops[i], posted->buffers.emplace_back(), error);
+    if (!error.empty())
+      failWith(error);
+    return posted;
+  }
+
+  void finish(Posted &base) override {
+    auto &posted = static_cast<GlooPosted &>(base);
+    std::string error;
     auto deadline = Clock::now() + timeout;
-    for (size_t i = 0; i < buffers.size() && error.empty(); ++i)
-      waitInUpdate(ops[i], *buffers[i], deadline, error);
-    if (error.empty())
-      return;
-    bury(buffers);
-    markFailed(error);
-    fail(LOADPLAN_STATUS_IO_ERROR, "gloo: ", error);
+    for (size_t i = 0; i < posted.buffers.size() && error.empty(); ++i)
+      waitInUpdate(posted.ops[i], *posted.buffers[i], deadline, error);
+    if (!error.empty())
+      failWith(error); // the buffers go to the graveyard with `posted`
+    posted.buffers.clear();
   }
 
   void exchange(const void *mine, size_t bytes, void *all, uint64_t tag,
@@ -214,6 +231,12 @@ private:
       fail(LOADPLAN_STATUS_IO_ERROR,
            "gloo: the communicator failed earlier and is closed (",
            failure(), "); make a new one");
+  }
+
+  /// Closes the transport for good with `error` and throws it.
+  [[noreturn]] void failWith(const std::string &error) {
+    markFailed(error);
+    fail(LOADPLAN_STATUS_IO_ERROR, "gloo: ", error);
   }
 
   /// Connects a PeerWatch to every peer: each listens where Gloo does and

@@ -170,12 +170,24 @@ public:
   }
   bool selfOps() const override { return true; }
 
-  void run(const std::vector<Op> &ops, void *stream) override {
+  /// Posted ops: their group is on `stream`.
+  struct NcclPosted final : Posted {
+    cudaStream_t stream;
+  };
+
+  std::unique_ptr<Posted> start(const std::vector<Op> &ops,
+                                void *stream) override {
     checkOpen();
     DeviceGuard guard(deviceIndex);
-    auto s = static_cast<cudaStream_t>(stream);
-    post(ops, s);
-    waitFor(s);
+    auto posted = std::make_unique<NcclPosted>();
+    posted->stream = static_cast<cudaStream_t>(stream);
+    post(ops, posted->stream);
+    return posted;
+  }
+
+  void finish(Posted &posted) override {
+    DeviceGuard guard(deviceIndex);
+    waitFor(static_cast<NcclPosted &>(posted).stream);
   }
 
   void exchange(const void *mine, size_t bytes, void *all, uint64_t,

@@ -87,6 +87,10 @@ struct Schedule {
   uint32_t engine = 0;
   uint32_t worldSize = 0;
   uint32_t numRounds = 0;
+  /// loadplan_schedule_flags_t.
+  uint32_t flags = 0;
+  /// Pieces of fewer bytes were joined into messages (schedule_format.h).
+  uint64_t joinBelow = 0;
   std::vector<Tensor> tensors;
   std::vector<Sender> senders;
   std::vector<Receiver> receivers;
@@ -97,9 +101,14 @@ struct Schedule {
   std::vector<uint8_t> bytes;
 
   uint64_t pieceBytes(const Piece &p) const {
-    const Need &need = receivers[p.receiver].needs[p.need];
-    return uint64_t(p.box.volume()) * uint64_t(tensors[need.tensor].itemSize());
+    return uint64_t(p.box.volume()) * uint64_t(pieceTensor(p).itemSize());
   }
+  const Tensor &pieceTensor(const Piece &p) const {
+    return tensors[receivers[p.receiver].needs[p.need].tensor];
+  }
+  bool overlaps() const { return flags & LOADPLAN_SCHEDULE_OVERLAP; }
+  /// Messages: pieces that are not joined to the one before them.
+  uint64_t numMessages() const;
   loadplan_schedule_summary_t summary() const;
   std::string text(uint32_t detail) const;
 };
@@ -129,6 +138,13 @@ public:
   /// contiguous run), and then its target and element offset.
   bool land(const Need &need, const Box &piece, std::vector<Part> &parts,
             uint32_t &target) const;
+
+  /// Where element `offset` (of `itemSize` bytes) of `target` lies: a
+  /// storage of the plan, or past them one per fallback buffer, and a byte
+  /// in it. Two pieces received in place follow one another in memory when
+  /// the second starts at the same storage and the first's end.
+  std::pair<uint32_t, uint64_t> address(uint32_t target, int64_t offset,
+                                        int64_t itemSize) const;
 
   /// The fallback target of plan entry `entry`.
   uint32_t fallbackTarget(uint32_t entry) const;

@@ -47,6 +47,8 @@ std::string writeOffer(const loadplan_agree_options_t &o,
   w.u32(uint32_t(o.rank));
   w.u32(offer.role);
   w.u32(o.engine);
+  w.u64(o.join_below);
+  w.u32(o.sequential ? 1 : 0);
   switch (offer.role) {
   case LOADPLAN_OFFER_SENDER: {
     require(offer.tensors || !offer.num_tensors, "offer tensors is NULL");
@@ -116,6 +118,8 @@ std::string writeOffer(const loadplan_agree_options_t &o,
 /// An offer as rank 0 reads it; the plan bytes point into the offer's.
 struct Offer {
   uint32_t rank = 0, role = 0, engine = 0;
+  uint64_t joinBelow = 0;
+  uint32_t sequential = 0;
   uint64_t stagingCap = 0;
   std::vector<Tensor> tensors;
   struct Held {
@@ -177,6 +181,8 @@ Offer readOffer(const std::string &bytes, int32_t rank) {
     r.bad(concat("says it is rank ", o.rank));
   o.role = r.u32("role");
   o.engine = r.u32("engine");
+  o.joinBelow = r.u64("join_below");
+  o.sequential = r.u32("sequential");
   switch (o.role) {
   case LOADPLAN_OFFER_SENDER: {
     o.stagingCap = r.u64("staging cap");
@@ -248,6 +254,13 @@ std::unique_ptr<Schedule> scheduleOf(const std::vector<Offer> &offers,
   if (engines.size() != 1)
     fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "ranks ask for different engines: ",
          std::vector<std::string>(engines.begin(), engines.end()));
+  for (const Offer &o : offers)
+    if (o.joinBelow != offers.front().joinBelow ||
+        o.sequential != offers.front().sequential)
+      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "ranks ask for different "
+           "messages or rounds: rank 0 for join_below ", offers.front().joinBelow,
+           " and sequential ", offers.front().sequential, ", rank ", o.rank,
+           " for ", o.joinBelow, " and ", o.sequential);
   size_t senders = 0;
   bool misplaced = false;
   for (const Offer &o : offers)
@@ -310,7 +323,9 @@ std::unique_ptr<Schedule> scheduleOf(const std::vector<Offer> &offers,
   loadplan_schedule_spec_t spec{offers.front().engine, worldSize,
                                 specTensors.data(),    specTensors.size(),
                                 specSenders.data(),    specSenders.size(),
-                                specReceivers.data(),  specReceivers.size()};
+                                specReceivers.data(),  specReceivers.size(),
+                                offers.front().joinBelow,
+                                offers.front().sequential};
   return buildSchedule(spec);
 }
 

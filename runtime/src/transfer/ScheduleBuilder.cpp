@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <tuple>
 #include <unordered_set>
 
 using namespace loadplan;
@@ -50,6 +52,18 @@ struct Draft {
   uint32_t sender, receiver, holding, need;
   Box box;
   bool packed, staged;
+  uint64_t bytes = 0;
+  int64_t itemSize = 0;
+  /// Where it lands when received in place (not staged): a storage and a
+  /// byte in it (Landing::address).
+  uint32_t storage = 0;
+  uint64_t address = 0;
+};
+
+/// Pieces that travel as one message, in their order in it.
+struct Message {
+  std::vector<size_t> drafts;
+  bool packed = false, staged = false;
 };
 
 class Builder {
@@ -68,7 +82,9 @@ public:
     readTensors();
     readSenders();
     readReceivers();
+    decideOverlap();
     cut();
+    join();
     bucket();
     serializeSchedule(*s);
     return std::move(s);
@@ -219,6 +235,25 @@ private:
     }
   }
 
+  /// Rounds overlap unless asked not to or a cap cannot hold two slots.
+  void decideOverlap() {
+    s->joinBelow = spec.join_below ? spec.join_below : LOADPLAN_DEFAULT_JOIN_BELOW;
+    bool overlap = !spec.sequential;
+    for (const Sender &x : s->senders)
+      overlap &= x.stagingCap >= 2 * kStagingAlign;
+    for (const Receiver &r : s->receivers)
+      overlap &= r.atomic || r.stagingCap >= 2 * kStagingAlign;
+    s->flags = overlap ? LOADPLAN_SCHEDULE_OVERLAP : 0;
+  }
+
+  /// The staging a round may use of `cap`: whole aligned slots of all of
+  /// it, or of half of it when rounds overlap.
+  uint64_t roundCap(uint64_t cap) const {
+    if (s->overlaps())
+      cap /= 2;
+    return cap / kStagingAlign * kStagingAlign;
+  }
+
   /// The least loaded of `members`; ties go to the first.
   std::pair<uint32_t, uint32_t>
   pick(const std::vector<std::pair<uint32_t, uint32_t>> &members) {
@@ -282,20 +317,26 @@ private:
     const Landing &landing = *landings[receiver];
     auto classify = [&](const Box &b, Draft &d) {
       parts.clear();
-      uint32_t target;
+      uint32_t target = 0;
+      bool inPlace = landing.land(n, b, parts, target);
       d = {sender, receiver, holding, need, b, !contiguousIn(b, held),
-           r.atomic || !landing.land(n, b, parts, target)};
+           r.atomic || !inPlace};
+      d.itemSize = t.itemSize();
+      d.bytes = uint64_t(b.volume()) * uint64_t(d.itemSize);
+      if (inPlace)
+        std::tie(d.storage, d.address) =
+            landing.address(target, parts.back().region.offset, d.itemSize);
     };
     Draft d;
     classify(box, d);
     // Whole aligned slots: a piece of at most `limit` elements takes a
-    // slot no larger than the cap (which is at least one slot).
+    // slot no larger than a round's part of the cap (at least one slot).
     uint64_t item = uint64_t(t.itemSize());
     uint64_t limit = std::numeric_limits<uint64_t>::max();
     if (d.packed)
-      limit = std::min(limit, x.stagingCap / kStagingAlign * kStagingAlign / item);
+      limit = std::min(limit, roundCap(x.stagingCap) / item);
     if (d.staged && !r.atomic)
-      limit = std::min(limit, r.stagingCap / kStagingAlign * kStagingAlign / item);
+      limit = std::min(limit, roundCap(r.stagingCap) / item);
     if (uint64_t(box.volume()) <= limit) {
       drafts.push_back(std::move(d));
       return;
@@ -309,23 +350,106 @@ private:
     }
   }
 
-  /// First fit: each piece goes to the first round where its sender and
-  /// receiver both still have the staging it needs.
+  /// Joins the pieces of fewer than joinBelow bytes between each sender
+  /// and receiver into messages of at most a round's staging: the largest
+  /// elements first (so that every piece's offset stays a multiple of its
+  /// element size), then in the order their destinations lie in memory (so
+  /// that pieces landing in place one after another can arrive so as one
+  /// run). Every other piece is a message of its own.
+  void join() {
+    std::map<std::pair<uint32_t, uint32_t>, std::vector<size_t>> small;
+    std::vector<std::pair<size_t, Message>> ordered; // (first draft, message)
+    for (size_t i = 0; i < drafts.size(); ++i) {
+      const Draft &d = drafts[i];
+      if (d.bytes < s->joinBelow) {
+        small[{d.sender, d.receiver}].push_back(i);
+        continue;
+      }
+      ordered.push_back({i, Message{{i}, d.packed, d.staged}});
+    }
+    for (auto &[pair, list] : small) {
+      std::stable_sort(list.begin(), list.end(), [&](size_t a, size_t b) {
+        const Draft &x = drafts[a], &y = drafts[b];
+        return std::make_tuple(-x.itemSize, x.staged, x.storage, x.address) <
+               std::make_tuple(-y.itemSize, y.staged, y.storage, y.address);
+      });
+      const Sender &x = s->senders[pair.first];
+      const Receiver &r = s->receivers[pair.second];
+      uint64_t limit = roundCap(x.stagingCap);
+      if (!r.atomic)
+        limit = std::min(limit, roundCap(r.stagingCap));
+      Message m;
+      uint64_t bytes = 0;
+      auto close = [&] {
+        if (m.drafts.empty())
+          return;
+        size_t first = *std::min_element(m.drafts.begin(), m.drafts.end());
+        settle(m);
+        ordered.push_back({first, std::move(m)});
+        m = Message{};
+        bytes = 0;
+      };
+      for (size_t i : list) {
+        if (bytes + drafts[i].bytes > limit)
+          close();
+        m.drafts.push_back(i);
+        bytes += drafts[i].bytes;
+      }
+      close();
+    }
+    // Messages in the order of their first piece, as built.
+    std::stable_sort(ordered.begin(), ordered.end(),
+                     [](const auto &a, const auto &b) { return a.first < b.first; });
+    messages.reserve(ordered.size());
+    for (auto &o : ordered)
+      messages.push_back(std::move(o.second));
+  }
+
+  /// Whether message `m` (of several pieces) must be packed and staged: it
+  /// need not be packed when its pieces follow one another in one holding,
+  /// nor staged when they land in place one after another.
+  void settle(Message &m) const {
+    const Draft &first = drafts[m.drafts.front()];
+    if (m.drafts.size() == 1) {
+      m.packed = first.packed;
+      m.staged = first.staged;
+      return;
+    }
+    bool inOneHolding = !first.packed, inOneRun = !first.staged;
+    for (size_t k = 1; k < m.drafts.size(); ++k) {
+      const Draft &a = drafts[m.drafts[k - 1]], &b = drafts[m.drafts[k]];
+      const Box &held = s->senders[a.sender].holdings[a.holding].box;
+      inOneHolding &= !b.packed && a.holding == b.holding &&
+                      uint64_t(offsetIn(a.box, held)) * a.itemSize + a.bytes ==
+                          uint64_t(offsetIn(b.box, held)) * b.itemSize;
+      inOneRun &= !b.staged && a.storage == b.storage &&
+                  a.address + a.bytes == b.address;
+    }
+    m.packed = !inOneHolding;
+    m.staged = !inOneRun;
+  }
+
+  /// First fit: each message goes to the first round where its sender and
+  /// receiver both still have the staging it needs; its pieces follow one
+  /// another in it.
   void bucket() {
     size_t numSenders = s->senders.size(), numReceivers = s->receivers.size();
     std::vector<std::vector<uint64_t>> sendUse(numSenders), recvUse(numReceivers);
     std::vector<uint64_t> atomicUse(numReceivers, 0);
-    std::vector<std::pair<uint32_t, size_t>> order; // (round, draft)
+    std::vector<std::pair<uint32_t, size_t>> order; // (round, piece)
     uint32_t rounds = 0;
-    for (size_t i = 0; i < drafts.size(); ++i) {
-      const Draft &d = drafts[i];
-      const Sender &x = s->senders[d.sender];
-      Receiver &r = s->receivers[d.receiver];
-      const Tensor &t = s->tensors[r.needs[d.need].tensor];
-      uint64_t bytes = uint64_t(d.box.volume()) * uint64_t(t.itemSize());
+    for (const Message &m : messages) {
+      const Draft &first = drafts[m.drafts.front()];
+      const Sender &x = s->senders[first.sender];
+      Receiver &r = s->receivers[first.receiver];
+      uint64_t bytes = 0;
+      for (size_t i : m.drafts)
+        bytes += drafts[i].bytes;
       uint64_t slot = alignUp(bytes);
-      bool useSend = d.packed, useRecv = d.staged && !r.atomic;
-      std::vector<uint64_t> &su = sendUse[d.sender], &ru = recvUse[d.receiver];
+      bool useSend = m.packed, useRecv = m.staged && !r.atomic;
+      std::vector<uint64_t> &su = sendUse[first.sender],
+                            &ru = recvUse[first.receiver];
+      uint64_t sendCap = roundCap(x.stagingCap), recvCap = roundCap(r.stagingCap);
       uint32_t k = 0;
       if (useSend || useRecv) {
         for (;; ++k) {
@@ -333,38 +457,50 @@ private:
             su.resize(k + 1, 0);
           if (ru.size() <= k)
             ru.resize(k + 1, 0);
-          if ((!useSend || su[k] + slot <= x.stagingCap) &&
-              (!useRecv || ru[k] + slot <= r.stagingCap))
+          if ((!useSend || su[k] + slot <= sendCap) &&
+              (!useRecv || ru[k] + slot <= recvCap))
             break;
         }
       }
-      Piece p;
-      p.sender = d.sender;
-      p.receiver = d.receiver;
-      p.holding = d.holding;
-      p.need = d.need;
-      p.round = k;
-      p.box = d.box;
-      if (d.packed) {
-        p.flags |= LOADPLAN_PIECE_PACKED;
-        p.sendOffset = su[k];
+      uint64_t sendAt = useSend ? su[k] : 0;
+      uint64_t recvAt = 0;
+      if (m.staged)
+        recvAt = r.atomic ? atomicUse[first.receiver] : ru[k];
+      for (size_t j = 0; j < m.drafts.size(); ++j) {
+        const Draft &d = drafts[m.drafts[j]];
+        Piece p;
+        p.sender = d.sender;
+        p.receiver = d.receiver;
+        p.holding = d.holding;
+        p.need = d.need;
+        p.round = k;
+        p.box = d.box;
+        if (j)
+          p.flags |= LOADPLAN_PIECE_JOINED;
+        if (m.packed) {
+          p.flags |= LOADPLAN_PIECE_PACKED;
+          p.sendOffset = sendAt;
+          sendAt += d.bytes;
+        } else {
+          p.sendOffset = uint64_t(offsetIn(d.box, x.holdings[d.holding].box)) *
+                         uint64_t(d.itemSize);
+        }
+        if (m.staged) {
+          p.flags |= LOADPLAN_PIECE_STAGED;
+          p.recvOffset = recvAt;
+          recvAt += d.bytes;
+        }
+        order.push_back({k, s->pieces.size()});
+        s->pieces.push_back(std::move(p));
+      }
+      if (useSend)
         su[k] += slot;
-      } else {
-        p.sendOffset = uint64_t(offsetIn(d.box, x.holdings[d.holding].box)) *
-                       uint64_t(t.itemSize());
-      }
-      if (d.staged) {
-        p.flags |= LOADPLAN_PIECE_STAGED;
-        uint64_t &use = r.atomic ? atomicUse[d.receiver] : ru[k];
-        p.recvOffset = use;
-        use += slot;
-      }
+      if (m.staged)
+        (r.atomic ? atomicUse[first.receiver] : ru[k]) += slot;
       rounds = std::max(rounds, k + 1);
-      order.push_back({k, s->pieces.size()});
-      s->pieces.push_back(std::move(p));
     }
     s->numRounds = rounds;
-    // Posting order: by round, then as built (receiver by receiver).
+    // Posting order: by round, then as built (a message's pieces together).
     std::stable_sort(order.begin(), order.end(),
                      [](const auto &a, const auto &b) { return a.first < b.first; });
     std::vector<Piece> sorted;
@@ -372,15 +508,35 @@ private:
     for (const auto &o : order)
       sorted.push_back(std::move(s->pieces[o.second]));
     s->pieces = std::move(sorted);
+    // With overlap, odd rounds use the part after the even rounds'.
+    std::vector<uint64_t> sendOdd(numSenders, 0), recvOdd(numReceivers, 0);
     for (size_t i = 0; i < numSenders; ++i)
-      for (uint64_t u : sendUse[i])
-        s->senders[i].stagingBytes = std::max(s->senders[i].stagingBytes, u);
+      s->senders[i].stagingBytes = halves(sendUse[i], sendOdd[i]);
     for (size_t i = 0; i < numReceivers; ++i) {
       Receiver &r = s->receivers[i];
-      r.stagingBytes = atomicUse[i];
-      for (uint64_t u : recvUse[i])
-        r.stagingBytes = std::max(r.stagingBytes, u);
+      r.stagingBytes = r.atomic ? atomicUse[i] : halves(recvUse[i], recvOdd[i]);
     }
+    for (Piece &p : s->pieces) {
+      if (!(p.round & 1))
+        continue;
+      if (p.flags & LOADPLAN_PIECE_PACKED)
+        p.sendOffset += sendOdd[p.sender];
+      if ((p.flags & LOADPLAN_PIECE_STAGED) && !s->receivers[p.receiver].atomic)
+        p.recvOffset += recvOdd[p.receiver];
+    }
+  }
+
+  /// The staging of a rank that uses `use[k]` in round k: the most of any
+  /// round; with overlap, the even rounds' most (aligned) and, from `odd`
+  /// on, the odd rounds' most.
+  uint64_t halves(const std::vector<uint64_t> &use, uint64_t &odd) const {
+    uint64_t even = 0, oddMost = 0;
+    for (size_t k = 0; k < use.size(); ++k) {
+      uint64_t &most = s->overlaps() && (k & 1) ? oddMost : even;
+      most = std::max(most, use[k]);
+    }
+    odd = s->overlaps() && oddMost ? alignUp(even) : 0;
+    return odd + (odd ? oddMost : even);
   }
 
   const loadplan_schedule_spec_t &spec;
@@ -389,6 +545,7 @@ private:
   std::vector<std::unique_ptr<Landing>> landings; // per receiver
   std::vector<uint64_t> load;                     // bytes per sender
   std::vector<Draft> drafts;
+  std::vector<Message> messages;
   std::vector<Part> parts; // scratch
 };
 

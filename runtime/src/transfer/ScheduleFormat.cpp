@@ -38,6 +38,8 @@ uint64_t inputFingerprint(const Schedule &s) {
   Hasher h;
   h.u64(s.engine);
   h.u64(s.worldSize);
+  h.u64(s.flags);
+  h.u64(s.joinBelow);
   for (const Tensor &t : s.tensors) {
     h.str(t.name);
     h.u64(t.dtype);
@@ -115,6 +117,8 @@ void loadplan::transfer::serializeSchedule(Schedule &s) {
   p.u32(s.engine);
   p.u32(s.worldSize);
   p.u32(s.numRounds);
+  p.u32(s.flags);
+  p.u64(s.joinBelow);
   p.u32(uint32_t(s.tensors.size()));
   for (const Tensor &t : s.tensors) {
     p.str(t.name);
@@ -208,6 +212,31 @@ protected:
   }
 };
 
+/// A joined piece `p` (not yet in `s.pieces`) travels with the piece
+/// before it: same ends, round and flags, its bytes right after that
+/// piece's where they are in staging or in one holding.
+void checkJoined(const Schedule &s, const Piece &p, const std::string &label) {
+  if (s.pieces.empty())
+    invalid(concat(label, ": it is joined but is the first piece"));
+  const Piece &prev = s.pieces.back();
+  uint8_t how = LOADPLAN_PIECE_PACKED | LOADPLAN_PIECE_STAGED;
+  if (prev.sender != p.sender || prev.receiver != p.receiver ||
+      prev.round != p.round || (prev.flags & how) != (p.flags & how))
+    invalid(concat(label, ": it is joined to the piece before it but has "
+                   "another sender, receiver, round, or packing or staging"));
+  uint64_t after = prev.sendOffset + s.pieceBytes(prev);
+  if (p.sendOffset != after ||
+      (!(p.flags & LOADPLAN_PIECE_PACKED) && prev.holding != p.holding))
+    invalid(concat(label, ": it is joined but its send offset ", p.sendOffset,
+                   " does not follow the piece before it (", after,
+                   " in the same staging or holding)"));
+  after = prev.recvOffset + s.pieceBytes(prev);
+  if ((p.flags & LOADPLAN_PIECE_STAGED) && p.recvOffset != after)
+    invalid(concat(label, ": it is joined but its receive offset ",
+                   p.recvOffset, " does not follow the piece before it (",
+                   after, ")"));
+}
+
 void checkBox(const Box &b, const Tensor &t, const std::string &what) {
   if (!boxInside(b, t.shape))
     invalid(concat(what, ": box ", boxText(b), " is empty or not inside ",
@@ -254,6 +283,10 @@ std::unique_ptr<Schedule> loadplan::transfer::parseSchedule(const uint8_t *data,
   if (s->worldSize == 0 || s->worldSize > (1u << 24))
     invalid(concat("world size ", s->worldSize, " is not in [1, 2^24]"));
   s->numRounds = r.u32("rounds");
+  s->flags = r.u32("flags");
+  if (s->flags & ~uint32_t(LOADPLAN_SCHEDULE_OVERLAP))
+    invalid(concat("unknown flags ", s->flags));
+  s->joinBelow = r.u64("join_below");
 
   uint64_t numTensors = r.count(r.u32("tensor count"), 12, "tensors");
   std::unordered_set<std::string> names;
@@ -383,7 +416,8 @@ std::unique_ptr<Schedule> loadplan::transfer::parseSchedule(const uint8_t *data,
       invalid(concat(label, ": its holding and need are of different tensors"));
     if (p.round >= s->numRounds)
       invalid(concat(label, ": round ", p.round, " of ", s->numRounds));
-    if (p.flags > (LOADPLAN_PIECE_PACKED | LOADPLAN_PIECE_STAGED))
+    if (p.flags > (LOADPLAN_PIECE_PACKED | LOADPLAN_PIECE_STAGED |
+                   LOADPLAN_PIECE_JOINED))
       invalid(concat(label, ": unknown flags ", int(p.flags)));
     const Tensor &t = s->tensors[need.tensor];
     p.box = r.box(uint32_t(t.shape.size()), label + " box");
@@ -393,9 +427,15 @@ std::unique_ptr<Schedule> loadplan::transfer::parseSchedule(const uint8_t *data,
                      " is not inside its holding ", boxText(hd.box),
                      " and its need ", boxText(need.range)));
     uint64_t bytes = s->pieceBytes(p), end;
+    bool joined = p.flags & LOADPLAN_PIECE_JOINED;
+    // A message's first piece starts a staging slot; a joined piece starts
+    // where the one before it ends, at a multiple of its element size.
+    uint64_t align = joined ? uint64_t(t.itemSize()) : kStagingAlign;
+    if (joined)
+      checkJoined(*s, p, label);
     if (p.flags & LOADPLAN_PIECE_PACKED) {
       if (__builtin_add_overflow(p.sendOffset, bytes, &end) ||
-          end > x.stagingBytes || p.sendOffset % kStagingAlign)
+          end > x.stagingBytes || p.sendOffset % align)
         invalid(concat(label, ": send offset ", p.sendOffset,
                        " is unaligned or past the sender's staging of ",
                        x.stagingBytes, " bytes"));
@@ -407,7 +447,7 @@ std::unique_ptr<Schedule> loadplan::transfer::parseSchedule(const uint8_t *data,
     }
     if (p.flags & LOADPLAN_PIECE_STAGED) {
       if (__builtin_add_overflow(p.recvOffset, bytes, &end) ||
-          end > rec.stagingBytes || p.recvOffset % kStagingAlign)
+          end > rec.stagingBytes || p.recvOffset % align)
         invalid(concat(label, ": receive offset ", p.recvOffset,
                        " is unaligned or past the receiver's staging of ",
                        rec.stagingBytes, " bytes"));

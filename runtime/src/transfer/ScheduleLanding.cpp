@@ -42,6 +42,16 @@ Landing::Landing(const Plan &plan, const std::vector<Tensor> &tensors)
   }
 }
 
+std::pair<uint32_t, uint64_t> Landing::address(uint32_t target, int64_t offset,
+                                               int64_t itemSize) const {
+  uint64_t byte = uint64_t(offset) * uint64_t(itemSize);
+  if (target < numTargets) {
+    const Target &t = plan.targets[target];
+    return {t.storage, t.byteOffset + byte};
+  }
+  return {uint32_t(plan.storageSizes.size()) + (target - numTargets), byte};
+}
+
 uint32_t Landing::fallbackTarget(uint32_t entry) const {
   return numTargets + static_cast<uint32_t>(fallbackIndex[entry]);
 }

@@ -26,6 +26,13 @@ std::string loadplan::transfer::tensorText(const Tensor &t) {
   return concat(loadplan_dtype_name(t.dtype), " ", t.shape);
 }
 
+uint64_t Schedule::numMessages() const {
+  uint64_t n = 0;
+  for (const Piece &p : pieces)
+    n += !(p.flags & LOADPLAN_PIECE_JOINED);
+  return n;
+}
+
 loadplan_schedule_summary_t Schedule::summary() const {
   loadplan_schedule_summary_t out{};
   out.engine = engine;
@@ -37,6 +44,9 @@ loadplan_schedule_summary_t Schedule::summary() const {
   out.num_receivers = uint32_t(receivers.size());
   out.num_rounds = numRounds;
   out.num_pieces = pieces.size();
+  out.num_messages = numMessages();
+  out.flags = flags;
+  out.join_below = joinBelow;
   for (const Receiver &r : receivers)
     for (const Need &n : r.needs)
       out.bytes_needed +=
@@ -64,27 +74,35 @@ std::string Schedule::text(uint32_t detail) const {
   os << "schedule: engine " << loadplan_engine_name(engine) << ", "
      << worldSize << " ranks, " << senders.size() << " senders, "
      << receivers.size() << " receivers, " << tensors.size() << " tensors, "
-     << numRounds << " rounds, " << pieces.size() << " pieces\n"
+     << numRounds << " rounds, " << pieces.size() << " pieces in "
+     << sum.num_messages << " messages\n"
      << "fingerprint " << hex64(fingerprint) << ", checksum " << hex64(checksum)
      << "\n"
+     << "pieces under " << joinBelow << " bytes travel together; rounds "
+     << (overlaps() ? "overlap" : "run one after another") << "\n"
      << "bytes: needed " << sum.bytes_needed << ", moved " << sum.bytes_moved
      << " (between ranks " << sum.bytes_between_ranks << "), in place "
      << sum.bytes_in_place << ", staged " << sum.bytes_staged << ", packed "
      << sum.bytes_packed << "\n";
   std::vector<uint64_t> sent(senders.size(), 0), got(receivers.size(), 0);
   std::vector<uint64_t> sentPieces(senders.size(), 0), gotPieces(receivers.size(), 0);
+  std::vector<uint64_t> sentMessages(senders.size(), 0),
+      gotMessages(receivers.size(), 0);
   for (const Piece &p : pieces) {
     uint64_t bytes = pieceBytes(p);
     sent[p.sender] += bytes;
     got[p.receiver] += bytes;
     ++sentPieces[p.sender];
     ++gotPieces[p.receiver];
+    bool starts = !(p.flags & LOADPLAN_PIECE_JOINED);
+    sentMessages[p.sender] += starts;
+    gotMessages[p.receiver] += starts;
   }
   for (uint32_t i = 0; i < senders.size(); ++i)
     os << senderLabel(*this, i) << ": holds " << senders[i].holdings.size()
        << " tensors, sends " << sent[i] << " bytes in " << sentPieces[i]
-       << " pieces, staging " << senders[i].stagingBytes << " of "
-       << senders[i].stagingCap << "\n";
+       << " pieces (" << sentMessages[i] << " messages), staging "
+       << senders[i].stagingBytes << " of " << senders[i].stagingCap << "\n";
   for (uint32_t i = 0; i < receivers.size(); ++i) {
     const Receiver &r = receivers[i];
     uint64_t needed = 0;
@@ -93,7 +111,8 @@ std::string Schedule::text(uint32_t detail) const {
     os << receiverLabel(*this, i) << ": plan " << hex64(r.planFingerprint)
        << ", needs " << needed << " bytes in " << r.needs.size()
        << " boxes, receives " << got[i] << " bytes in " << gotPieces[i]
-       << " pieces, staging " << r.stagingBytes;
+       << " pieces (" << gotMessages[i] << " messages), staging "
+       << r.stagingBytes;
     if (r.atomic)
       os << " (atomic)\n";
     else
@@ -116,13 +135,18 @@ std::string Schedule::text(uint32_t detail) const {
     while (j < order.size() && pieces[order[j]].sender == first.sender &&
            pieces[order[j]].receiver == first.receiver)
       bytes += pieceBytes(pieces[order[j++]]);
+    uint64_t messages = 0;
+    for (size_t k = i; k < j; ++k)
+      messages += !(pieces[order[k]].flags & LOADPLAN_PIECE_JOINED);
     os << senderLabel(*this, first.sender) << " -> "
        << receiverLabel(*this, first.receiver) << ": " << j - i
-       << " pieces, " << bytes << " bytes\n";
+       << " pieces in " << messages << " messages, " << bytes << " bytes\n";
     for (; i < j; ++i) {
       const Piece &p = pieces[order[i]];
       const Need &n = receivers[p.receiver].needs[p.need];
-      os << "  round " << p.round << " " << quote(tensors[n.tensor].name) << " "
+      // A joined piece continues the message of the line above it.
+      os << (p.flags & LOADPLAN_PIECE_JOINED ? "  + " : "  ") << "round "
+         << p.round << " " << quote(tensors[n.tensor].name) << " "
          << boxText(p.box) << " " << pieceBytes(p) << " bytes"
          << (p.flags & LOADPLAN_PIECE_PACKED ? ", packed" : "")
          << (p.flags & LOADPLAN_PIECE_STAGED ? ", staged" : ", in place")

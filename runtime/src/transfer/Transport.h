@@ -32,8 +32,11 @@ struct Op {
   uint64_t tag;
 };
 
-/// Tags at and above this are the agreements'; pieces use their index.
+/// Tags at and above this are the agreements'; messages use the index of
+/// their first piece.
 constexpr uint64_t kAgreementTag = uint64_t(1) << 62;
+/// The link probe's chunks: this plus their index.
+constexpr uint64_t kProbeTag = uint64_t(1) << 61;
 /// The tag of the records a transport swaps to set up its PeerWatch.
 constexpr uint64_t kWatchTag = kAgreementTag - 1;
 
@@ -63,11 +66,30 @@ public:
   /// copies its own pieces with copy().
   virtual bool selfOps() const = 0;
 
-  /// Posts every op at once and returns when all completed. Throws a
-  /// StatusError (IO_ERROR for Gloo, DEVICE_ERROR for NCCL) when one fails,
-  /// when a peer is seen gone meanwhile (an update needs every rank) or
-  /// when the timeout passes; the transport is then closed (failed()).
-  virtual void run(const std::vector<Op> &ops, void *stream) = 0;
+  /// Ops that start() posted and finish() waits for.
+  class Posted {
+  public:
+    virtual ~Posted() = default;
+  };
+
+  /// Posts every op at once; the caller may work meanwhile (pack the next
+  /// round, scatter the last) and then calls finish(), before it starts
+  /// anything else on this transport. The ops' memory stays untouched by
+  /// the caller until then.
+  virtual std::unique_ptr<Posted> start(const std::vector<Op> &ops,
+                                        void *stream) = 0;
+  /// Returns when every op of `posted` completed. Throws a StatusError
+  /// (IO_ERROR for Gloo, DEVICE_ERROR for NCCL) when one fails, when a
+  /// peer is seen gone meanwhile (an update needs every rank) or when the
+  /// timeout passes; the transport is then closed (failed()). start()
+  /// throws the same when posting fails.
+  virtual void finish(Posted &posted) = 0;
+
+  /// start() and finish().
+  void run(const std::vector<Op> &ops, void *stream) {
+    std::unique_ptr<Posted> posted = start(ops, stream);
+    finish(*posted);
+  }
 
   /// Sends `bytes` bytes at `mine` to every other rank and receives each
   /// one's into all + peer * bytes (and its own at all + rank * bytes).
