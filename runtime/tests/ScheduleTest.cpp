@@ -640,6 +640,10 @@ TEST_F(ScheduleFile, RefusesBadHeaders) {
   b = bytes;
   b[FileHeader::kVersionAt] = 9;
   EXPECT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN, "version 9 is not 3"));
+  b[FileHeader::kVersionAt] = 2; // a schedule of the last format
+  EXPECT_TRUE(isError(open(resealed(b)), LOADPLAN_STATUS_INVALID_PLAN,
+                      "version 2 is not 3, the version this runtime reads; the "
+                      "schedule was made by an older loadplan: make it again"));
   b = bytes;
   b.push_back(0);
   EXPECT_TRUE(isError(open(b), LOADPLAN_STATUS_INVALID_PLAN,

@@ -257,7 +257,11 @@ std::unique_ptr<Schedule> loadplan::transfer::parseSchedule(const uint8_t *data,
   Reader h(data + 8, LOADPLAN_SCHEDULE_HEADER_SIZE - 8, 8);
   uint32_t version = h.u32("version");
   if (version != LOADPLAN_SCHEDULE_VERSION)
-    invalid(concat("version ", version, " is not ", LOADPLAN_SCHEDULE_VERSION));
+    invalid(concat("version ", version, " is not ", LOADPLAN_SCHEDULE_VERSION,
+                   version < LOADPLAN_SCHEDULE_VERSION
+                       ? ", the version this runtime reads; the schedule was "
+                         "made by an older loadplan: make it again"
+                       : ", the version this runtime reads"));
   uint32_t headerSize = h.u32("header size");
   if (headerSize != LOADPLAN_SCHEDULE_HEADER_SIZE)
     invalid(concat("header size ", headerSize, " is not ",
