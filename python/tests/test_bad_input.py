@@ -545,7 +545,7 @@ SCHEDULE_BYTES = [
     ("empty", lambda d: b"", "schedule: truncated: 0 bytes, but the header alone takes 40",
      False),
     ("a_plan_file", None, 'schedule: not a schedule file: the magic is not "LPSCHEDL"', False),
-    ("bad_version", lambda d: _edit(d, _flip(9)), "schedule: version 259 is not 3", False),
+    ("bad_version", lambda d: _edit(d, _flip(9)), "schedule: version 259 is not 3, the version this runtime reads", False),
     ("bad_header_size", lambda d: _edit(d, _flip(12)), "schedule: header size 41 is not 40",
      False),
     ("truncated", lambda d: d[:-1],
