@@ -29,9 +29,9 @@
 // are known by name from the op table (OpTable.cpp; views and element copies
 // from the aten view table, loadplan/Records/AtenViews.h, which capture
 // follows too); copies and fills, whose meaning depends on what they write
-// into, are classified here. Views and copies into targets are records
-// (loadplan/Records/RecordOps.h), as capture makes them; the other ops and
-// the declarations are IR text. The MLIR side builds the module of them
+// into, are classified here. Every op, and the declarations, are records
+// (loadplan/Records/RecordOps.h), as capture makes them, with op names and
+// other strings in a string table. The MLIR side builds the module of them
 // (loadplan/Records/RecordBuilder.h) and verifies it.
 //
 //===----------------------------------------------------------------------===//
@@ -39,7 +39,6 @@
 #include "Importer.h"
 
 #include "Archive.h"
-#include "IRText.h"
 #include "ImportError.h"
 #include "Nodes.h"
 #include "OpTable.h"
@@ -55,7 +54,6 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -82,29 +80,17 @@ struct Storage {
   int64_t size = 0;
 };
 
-/// One op of a checkpoint name's block: a record, or (with none) a line of
-/// IR text.
-struct Item {
-  std::vector<int64_t> record;
-  std::string line;
-};
-
 /// One checkpoint name's block.
 struct Record {
   std::string name;
   Meta meta;
-  std::vector<Item> items;
+  /// Its ops, each a record.
+  std::vector<std::vector<int64_t>> items;
   int64_t next = 0;
   bool stopped = false;
 
   int64_t fresh() { return next++; }
 };
-
-/// `%w` (-1, the incoming tensor) or `%<num>`: a value as a line of text
-/// names it.
-static std::string ssaName(int64_t num) {
-  return num < 0 ? "%w" : "%" + std::to_string(num);
-}
 
 /// What a value of the graph is to the importer.
 struct Value {
@@ -140,7 +126,7 @@ public:
       : program(program), graph(program.get_graph_module().get_graph()),
         weights(weights), archive(archive) {}
 
-  RecordedModule run(const std::string &sourceName);
+  RecordedModule run();
 
 private:
   // Declarations.
@@ -169,10 +155,10 @@ private:
 
   // Events.
   Record *current();
-  void emit(int record, const std::string &line);
-  void emitRecord(int record, std::vector<int64_t> entry);
+  void emit(int record, std::vector<int64_t> entry);
   int64_t typeId(const Meta &meta);
-  void emitCurrent(const std::string &line);
+  int64_t stringId(const std::string &text);
+  void emitCurrent(std::vector<int64_t> entry);
   void copyEvent(const Value &src, int target, const Layout &at,
                  loadplan_dtype_t destType, const std::string &op);
   void constantWrite(const std::string &op, int target, const Layout &at,
@@ -181,9 +167,6 @@ private:
   void valueRead(const Value &trace, const std::string &op);
   Value newTrace(int record, int64_t num, const Meta &meta, int node);
   void defineStates(int index, const schema::Node &node, const Value &base);
-  std::string traceType(const Value &trace) const {
-    return irTensorType(trace.meta.layout.sizes, trace.meta.element());
-  }
 
   const schema::ExportedProgram &program;
   const schema::Graph &graph;
@@ -196,11 +179,14 @@ private:
   // The records' type table: (sizes, dtype) by index, and its index.
   std::vector<std::pair<std::vector<int64_t>, loadplan_dtype_t>> types;
   std::map<std::pair<std::vector<int64_t>, loadplan_dtype_t>, int64_t> typeIds;
+  // The records' string table, and its index.
+  std::vector<std::string> strings;
+  std::unordered_map<std::string, int64_t> stringIds;
   std::unordered_map<std::string, Value> values;
   std::unordered_map<std::string, std::vector<std::string>> lists;
   // Symbolic scalars read from a trace (`.item()`): their checkpoint.
   std::unordered_map<std::string, int> readScalars;
-  std::vector<std::string> pending; // events before any name
+  std::vector<std::vector<int64_t>> pending; // events before any name
   std::vector<PendingRead> reads;
   std::unordered_set<int> writtenStorages;
   int currentRecord = -1;
@@ -443,14 +429,9 @@ Record *Importer::current() {
   return currentRecord < 0 ? nullptr : &records[currentRecord];
 }
 
-void Importer::emit(int record, const std::string &line) {
+void Importer::emit(int record, std::vector<int64_t> entry) {
   if (!records[record].stopped)
-    records[record].items.push_back({{}, line});
-}
-
-void Importer::emitRecord(int record, std::vector<int64_t> entry) {
-  if (!records[record].stopped)
-    records[record].items.push_back({std::move(entry), {}});
+    records[record].items.push_back(std::move(entry));
 }
 
 int64_t Importer::typeId(const Meta &meta) {
@@ -461,14 +442,21 @@ int64_t Importer::typeId(const Meta &meta) {
   return it->second;
 }
 
+int64_t Importer::stringId(const std::string &text) {
+  auto [it, added] = stringIds.try_emplace(text, strings.size());
+  if (added)
+    strings.push_back(text);
+  return it->second;
+}
+
 /// An event of targets alone goes to the name being loaded: the last one
 /// an op of the loader involved, or, before any, the first name.
-void Importer::emitCurrent(const std::string &line) {
+void Importer::emitCurrent(std::vector<int64_t> entry) {
   if (Record *record = current()) {
     if (!record->stopped)
-      record->items.push_back({{}, line});
+      record->items.push_back(std::move(entry));
   } else {
-    pending.push_back(line);
+    pending.push_back(std::move(entry));
   }
 }
 
@@ -487,8 +475,8 @@ void Importer::copyEvent(const Value &src, int target, const Layout &at,
   currentRecord = src.record;
   std::string element = loadplan_dtype_mlir_type(destType);
   if (element.empty()) {
-    emit(src.record, "loadplan.write_other " + irString(op) + " (" +
-                         ssaName(src.num) + ") : " + traceType(src));
+    emit(src.record, {static_cast<int64_t>(RecordOp::write_other),
+                      stringId(op), src.num});
     return;
   }
   writtenStorages.insert(targets[target].storage);
@@ -497,7 +485,7 @@ void Importer::copyEvent(const Value &src, int target, const Layout &at,
                                 typeId(src.meta), target, destType, at.offset};
   entry.insert(entry.end(), at.sizes.begin(), at.sizes.end());
   entry.insert(entry.end(), at.strides.begin(), at.strides.end());
-  emitRecord(src.record, std::move(entry));
+  emit(src.record, std::move(entry));
 }
 
 void Importer::constantWrite(const std::string &op, int target,
@@ -505,8 +493,12 @@ void Importer::constantWrite(const std::string &op, int target,
   std::string element = loadplan_dtype_mlir_type(dtype);
   if (element.empty())
     return; // only coverage needs it
-  emitCurrent("loadplan.constant_write " + irString(op) + " @t" +
-              std::to_string(target) + " " + irLayout(at) + " as " + element);
+  // op, target, dtype, offset, shape..., stride...
+  std::vector<int64_t> entry = {static_cast<int64_t>(RecordOp::constant_write),
+                                stringId(op), target, dtype, at.offset};
+  entry.insert(entry.end(), at.sizes.begin(), at.sizes.end());
+  entry.insert(entry.end(), at.strides.begin(), at.strides.end());
+  emitCurrent(std::move(entry));
 }
 
 void Importer::readTarget(int target, const std::string &op) {
@@ -517,14 +509,13 @@ void Importer::readTarget(int target, const std::string &op) {
   reads.push_back(
       {index, records[index].items.size(), targets[target].storage});
   records[index].items.push_back(
-      {{}, "loadplan.read_target @t" + std::to_string(target) + " op " +
-               irString(op)});
+      {static_cast<int64_t>(RecordOp::read_target), target, stringId(op)});
 }
 
 void Importer::valueRead(const Value &trace, const std::string &op) {
   currentRecord = trace.record;
-  emit(trace.record, "loadplan.value_read " + ssaName(trace.num) + " op " +
-                         irString(op) + " : " + traceType(trace));
+  emit(trace.record, {static_cast<int64_t>(RecordOp::value_read), trace.num,
+                      stringId(op)});
   // The loader stops here for capture: what follows is not recorded.
   records[trace.record].stopped = true;
 }
@@ -629,20 +620,17 @@ void Importer::visit(int index, const schema::Node &node) {
       return;
     bool selfIsState = first && first->kind == Value::Kind::State;
     if (isInPlace(packet) && selfIsState) {
-      // A target written by an op other than copy_ from a trace.
-      Record &record = records[src->record];
-      std::string operands, types;
+      // A target written by an op other than copy_ from a trace: op,
+      // target, inputs...
+      std::vector<int64_t> entry = {
+          static_cast<int64_t>(RecordOp::inplace_write), stringId(op),
+          first->target};
       for (const Value *t : traces)
-        if (t->record == src->record) {
-          operands += (operands.empty() ? "" : ", ") + ssaName(t->num);
-          types += (types.empty() ? "" : ", ") + traceType(*t);
-        }
+        if (t->record == src->record)
+          entry.push_back(t->num);
       currentRecord = src->record;
       writtenStorages.insert(targets[first->target].storage);
-      emit(src->record, "loadplan.inplace_write " + irString(op) + " (" +
-                            operands + ") into @t" +
-                            std::to_string(first->target) + " : " + types);
-      (void)record;
+      emit(src->record, std::move(entry));
       defineStates(index, node, *first);
       return;
     }
@@ -738,7 +726,7 @@ bool Importer::visitTraceView(int index, const schema::Node &node,
     std::vector<int64_t> entry = {static_cast<int64_t>(views[k].op), value,
                                   src.num, inType, typeId(metas[k])};
     entry.insert(entry.end(), views[k].ints.begin(), views[k].ints.end());
-    emitRecord(src.record, std::move(entry));
+    emit(src.record, std::move(entry));
     values[outs[k]] = newTrace(src.record, value, metas[k], index);
   }
   return true;
@@ -785,27 +773,25 @@ bool Importer::visitCat(int index, const schema::Node &node, bool stack) {
 
   currentRecord = first.record;
   Record &record = records[first.record];
-  std::string operands, types;
+  std::vector<int64_t> inputs;
   for (const Value *part : parts) {
     int64_t num = part->num;
-    std::string type = traceType(*part);
     if (stack) {
       Meta unsqueezed = part->meta;
       unsqueezed.layout.sizes.insert(unsqueezed.layout.sizes.begin() + dim, 1);
       int64_t value = record.fresh();
-      emitRecord(first.record,
-                 {static_cast<int64_t>(RecordOp::unsqueeze), value, num,
-                  typeId(part->meta), typeId(unsqueezed), dim});
+      emit(first.record, {static_cast<int64_t>(RecordOp::unsqueeze), value, num,
+                          typeId(part->meta), typeId(unsqueezed), dim});
       num = value;
-      type = irTensorType(unsqueezed.layout.sizes, unsqueezed.element());
     }
-    operands += (operands.empty() ? "" : ", ") + ssaName(num);
-    types += (types.empty() ? "" : ", ") + type;
+    inputs.push_back(num);
   }
+  // result, result type, dim, inputs...
   int64_t value = record.fresh();
-  emit(first.record, ssaName(value) + " = loadplan.cat (" + operands + ") dim " +
-                         std::to_string(dim) + " : (" + types + ") -> " +
-                         irTensorType(out.layout.sizes, out.element()));
+  std::vector<int64_t> entry = {static_cast<int64_t>(RecordOp::cat), value,
+                                typeId(out), dim};
+  entry.insert(entry.end(), inputs.begin(), inputs.end());
+  emit(first.record, std::move(entry));
   values[outs[0]] = newTrace(first.record, value, out, index);
   return true;
 }
@@ -865,8 +851,8 @@ void Importer::visitCopy(int index, const schema::Node &node, const Value &dest,
     // tensor is its source again, for a later scatter or mutation output.
     currentRecord = src.record;
     if (op == "aten.copy_") {
-      emit(src.record, "loadplan.write_other " + irString(name) + " (" +
-                           ssaName(src.num) + ") : " + traceType(src));
+      emit(src.record, {static_cast<int64_t>(RecordOp::write_other),
+                        stringId(name), src.num});
       defineOthers(index, node);
       return;
     }
@@ -972,50 +958,42 @@ void Importer::visitApply(int index, const schema::Node &node,
   Record &record = records[recordIndex];
   currentRecord = recordIndex;
   std::string op = opName(node.get_target());
-  std::string operands, types;
+  std::vector<int64_t> inputs;
   std::vector<std::string> others;
   for (const Value *t : traces) {
     if (t->record == recordIndex) {
-      operands += (operands.empty() ? "" : ", ") + ssaName(t->num);
-      types += (types.empty() ? "" : ", ") + traceType(*t);
+      inputs.push_back(t->num);
     } else if (std::find(others.begin(), others.end(),
                          records[t->record].name) == others.end()) {
       others.push_back(records[t->record].name);
     }
   }
+  // op, no reason, input count, inputs..., name count, names..., then each
+  // result's value and type.
+  std::vector<int64_t> entry = {static_cast<int64_t>(RecordOp::apply),
+                                stringId(op), -1,
+                                static_cast<int64_t>(inputs.size())};
+  entry.insert(entry.end(), inputs.begin(), inputs.end());
+  entry.push_back(static_cast<int64_t>(others.size()));
+  for (const std::string &other : others)
+    entry.push_back(stringId(other));
   std::vector<std::string> outs = outputNames(node);
   std::vector<Meta> metas;
-  std::string outTypes;
+  std::vector<int64_t> results;
   for (const std::string &name : outs) {
     auto it = graph.get_tensor_values().find(name);
     Meta meta =
         it == graph.get_tensor_values().end() ? Meta{} : toMeta(it->second);
-    // A dtype the IR lacks is spelt as i8, as capture spells it: such a
-    // value is only ever a reason, never a write.
+    // A dtype the IR lacks is held as i8, as capture holds it: such a value
+    // is only ever a reason, never a write.
     if (meta.element().empty())
       meta.dtype = LOADPLAN_DTYPE_INT8;
-    outTypes += (outTypes.empty() ? "" : ", ") +
-                irTensorType(meta.layout.sizes, meta.element());
+    results.push_back(record.fresh());
+    entry.push_back(results.back());
+    entry.push_back(typeId(meta));
     metas.push_back(meta);
   }
-  if (outs.size() != 1)
-    outTypes = "(" + outTypes + ")";
-  std::vector<int64_t> results;
-  std::string lhs;
-  for (size_t k = 0; k < outs.size(); ++k) {
-    results.push_back(record.fresh());
-    lhs += (k ? ", " : "") + ssaName(results.back());
-  }
-  std::string attrs;
-  if (!others.empty()) {
-    std::string names = "[";
-    for (size_t i = 0; i < others.size(); ++i)
-      names += (i ? ", " : "") + irString(others[i]);
-    attrs = " {names = " + names + "]}";
-  }
-  emit(recordIndex, (lhs.empty() ? "" : lhs + " = ") + "loadplan.apply " +
-                        irString(op) + " (" + operands + ")" + attrs + " : (" +
-                        types + ") -> " + outTypes);
+  emit(recordIndex, std::move(entry));
   for (size_t k = 0; k < outs.size(); ++k)
     values[outs[k]] = newTrace(recordIndex, results[k], metas[k], index);
   // In place on a trace: later uses of the trace see the result.
@@ -1035,7 +1013,7 @@ void Importer::visitApply(int index, const schema::Node &node,
 // The program
 //===----------------------------------------------------------------------===//
 
-RecordedModule Importer::run(const std::string &sourceName) {
+RecordedModule Importer::run() {
   declare();
   const auto &nodes = graph.get_nodes();
   for (size_t i = 0; i < nodes.size(); ++i)
@@ -1089,50 +1067,44 @@ RecordedModule Importer::run(const std::string &sourceName) {
       dropped[read.record].push_back(read.line);
 
   RecordedModule out;
-  std::ostringstream os;
-  os << "// Imported by loadplan-translate from " << sourceName << "\n";
-  os << "module {\n";
-  for (size_t s = 0; s < storages.size(); ++s)
-    os << "  loadplan.storage @s" << s << " size " << storages[s].size << "\n";
-  for (size_t t = 0; t < targets.size(); ++t) {
-    const Target &target = targets[t];
-    os << "  loadplan.target @t" << t << " module " << irString(target.module)
-       << " tensor " << irString(target.tensor) << " storage @s"
-       << target.storage << " byte_offset " << target.byteOffset() << " stride "
-       << irInts(target.meta.layout.strides) << " : "
-       << irTensorType(target.meta.layout.sizes, target.meta.element()) << "\n";
-  }
-  os << "}\n";
-  out.text = os.str();
-  auto addLine = [&](const std::string &line) {
-    out.ops.push_back(0);
-    out.ops.push_back(static_cast<int64_t>(out.lines.size()));
-    out.lines.push_back(line);
+  auto addRecord = [](std::vector<int64_t> &to,
+                      const std::vector<int64_t> &entry) {
+    to.push_back(static_cast<int64_t>(entry.size()));
+    to.insert(to.end(), entry.begin(), entry.end());
   };
+  for (const Storage &storage : storages)
+    addRecord(out.declarations,
+              {static_cast<int64_t>(RecordOp::storage), storage.size});
+  for (const Target &target : targets) {
+    // module, tensor, storage, byte offset, type, stride...
+    std::vector<int64_t> entry = {
+        static_cast<int64_t>(RecordOp::target), stringId(target.module),
+        stringId(target.tensor), target.storage, target.byteOffset(),
+        typeId(target.meta)};
+    const std::vector<int64_t> &strides = target.meta.layout.strides;
+    entry.insert(entry.end(), strides.begin(), strides.end());
+    addRecord(out.declarations, entry);
+  }
   for (size_t r = 0; r < records.size(); ++r) {
     const Record &record = records[r];
-    out.nameStorage.push_back(record.name);
+    out.stringStorage.push_back(record.name);
     RecordedModule::Checkpoint ck;
-    ck.name = out.nameStorage.back();
+    ck.name = out.stringStorage.back();
     ck.type = typeId(record.meta);
     ck.begin = out.ops.size();
     if (r == 0)
-      for (const std::string &line : pending)
-        addLine(line);
+      for (const std::vector<int64_t> &entry : pending)
+        addRecord(out.ops, entry);
     const std::vector<size_t> &drop = dropped[static_cast<int>(r)];
-    for (size_t i = 0; i < record.items.size(); ++i) {
-      if (std::find(drop.begin(), drop.end(), i) != drop.end())
-        continue;
-      const Item &item = record.items[i];
-      if (item.record.empty()) {
-        addLine(item.line);
-        continue;
-      }
-      out.ops.push_back(static_cast<int64_t>(item.record.size()));
-      out.ops.insert(out.ops.end(), item.record.begin(), item.record.end());
-    }
+    for (size_t i = 0; i < record.items.size(); ++i)
+      if (std::find(drop.begin(), drop.end(), i) == drop.end())
+        addRecord(out.ops, record.items[i]);
     ck.end = out.ops.size();
     out.checkpoints.push_back(ck);
+  }
+  for (const std::string &text : strings) {
+    out.stringStorage.push_back(text);
+    out.strings.push_back(out.stringStorage.back());
   }
   for (auto &[sizes, dtype] : types) {
     out.typeShapes.push_back(sizes);
@@ -1143,8 +1115,8 @@ RecordedModule Importer::run(const std::string &sourceName) {
 
 RecordedModule importProgram(const schema::ExportedProgram &program,
                              const schema::PayloadConfig *weights,
-                             Archive &archive, const std::string &sourceName) {
-  return Importer(program, weights, archive).run(sourceName);
+                             Archive &archive) {
+  return Importer(program, weights, archive).run();
 }
 
 } // namespace mlir::loadplan::torch_export

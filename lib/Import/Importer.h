@@ -22,14 +22,13 @@ namespace schema = torch::_export;
 
 class Archive;
 
-/// Records the loader `program`, its declarations' text first naming
-/// `sourceName` in a comment. Its targets' storages are the weights
+/// Records the loader `program`. Its targets' storages are the weights
 /// `weights` (the archive's weights config, or null) says they were saved
 /// as, of the sizes of their records in `archive`. Fails (ImportError) for
 /// a program it cannot import.
 RecordedModule importProgram(const schema::ExportedProgram &program,
                           const schema::PayloadConfig *weights,
-                          Archive &archive, const std::string &sourceName);
+                          Archive &archive);
 
 } // namespace mlir::loadplan::torch_export
 

@@ -28,11 +28,8 @@ OwningOpRef<ModuleOp> mlir::loadplan::importTorchExport(llvm::StringRef bytes,
                                                         Location loc,
                                                         MLIRContext *context) {
   context->getOrLoadDialect<LoadPlanDialect>();
-  std::string sourceName = "<torch.export archive>";
-  if (auto fileLoc = dyn_cast<FileLineColLoc>(loc))
-    sourceName = fileLoc.getFilename().str();
   torch_export::ReadResult result = torch_export::readTorchExport(
-          std::string_view(bytes.data(), bytes.size()), sourceName);
+      std::string_view(bytes.data(), bytes.size()));
   if (!result.ok) {
     emitError(loc) << "cannot import torch.export program: " << result.error;
     return nullptr;

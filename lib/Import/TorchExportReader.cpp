@@ -22,8 +22,7 @@
 
 using namespace mlir::loadplan::torch_export;
 
-static ReadResult readArchive(std::string_view bytes,
-                              const std::string &sourceName) {
+static ReadResult readArchive(std::string_view bytes) {
   Archive archive(bytes);
   std::string record = archive.programRecord();
   schema::ExportedProgram program = archive.readProgram(record);
@@ -31,17 +30,17 @@ static ReadResult readArchive(std::string_view bytes,
   std::optional<schema::PayloadConfig> weights =
       archive.readWeightsConfig(record);
   ReadResult result;
-  result.records = importProgram(program, weights ? &*weights : nullptr, archive,
-                            sourceName);
+  result.records =
+      importProgram(program, weights ? &*weights : nullptr, archive);
   result.ok = true;
   return result;
 }
 
 ReadResult mlir::loadplan::torch_export::readTorchExport(
-    std::string_view bytes, const std::string &sourceName) noexcept {
+    std::string_view bytes) noexcept {
   ReadResult result;
   try {
-    return readArchive(bytes, sourceName);
+    return readArchive(bytes);
   } catch (const ImportError &e) {
     result.error = e.what();
   } catch (const c10::Error &e) {

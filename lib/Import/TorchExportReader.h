@@ -26,11 +26,10 @@ struct ReadResult {
   std::string error;
 };
 
-/// Reads the `.pt2` archive in `bytes` (named `sourceName` in messages) with
-/// LibTorch's archive reader and its generated export schema, and records the
-/// loader it holds. Never throws.
-ReadResult readTorchExport(std::string_view bytes,
-                           const std::string &sourceName) noexcept;
+/// Reads the `.pt2` archive in `bytes` with LibTorch's archive reader and
+/// its generated export schema, and records the loader it holds. Never
+/// throws.
+ReadResult readTorchExport(std::string_view bytes) noexcept;
 
 } // namespace mlir::loadplan::torch_export
 

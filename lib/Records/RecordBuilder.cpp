@@ -1,8 +1,10 @@
 //===- RecordBuilder.cpp - A recorded loader into a module ------*- C++ -*-===//
 //
 // Each record becomes the op it stands for (RecordOps.h has the fields),
-// without text; each line of text is parsed in its place, among the values
-// the records before it made.
+// without text: the declarations first, then each checkpoint's block in
+// arrival order. Every index a record holds (a value, a type, a string, a
+// target) is checked here; what the ops themselves must satisfy is their
+// verifiers'.
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,7 +19,6 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
-#include "mlir/Parser/Parser.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
@@ -35,33 +36,49 @@ namespace {
 class RecordBuilder {
 public:
   RecordBuilder(ModuleOp module, const RecordedModule &records,
-                const RecordBuildOptions &options)
-      : module(module), records(records), options(options),
-        b(module.getContext()), dtypes(module.getContext()) {}
+                StringRef sourceName, const RecordBuildOptions &options)
+      : module(module), records(records), sourceName(sourceName),
+        options(options), b(module.getContext()), dtypes(module.getContext()) {}
 
   LogicalResult run();
 
 private:
   LogicalResult makeTypes();
   Type element(int64_t dtype);
+  LogicalResult buildDeclarations();
   FailureOr<CheckpointOp> buildCheckpoint(const RecordedModule::Checkpoint &ck);
   bool groupKey(const RecordedModule::Checkpoint &ck, int64_t &offset,
                 int64_t &itemSize);
   LogicalResult buildOp(ArrayRef<int64_t> entry, Location loc);
-  LogicalResult parseLines(ArrayRef<int64_t> lineIndices, StringRef name,
-                           Location loc);
+  LogicalResult buildView(RecordOp op, ArrayRef<int64_t> fields, Location loc);
+  LogicalResult buildEvent(RecordOp op, ArrayRef<int64_t> fields, Location loc);
+  LogicalResult buildDeclaration(RecordOp op, ArrayRef<int64_t> fields,
+                                 Location loc);
   FailureOr<Value> value(int64_t index, Location loc);
+  FailureOr<SmallVector<Value>> valueList(ArrayRef<int64_t> indices,
+                                          Location loc);
+  LogicalResult define(int64_t index, Location loc);
   FailureOr<RankedTensorType> type(int64_t index, Location loc);
+  FailureOr<StringAttr> string(int64_t index, Location loc);
+  FailureOr<FlatSymbolRefAttr> target(int64_t index, Location loc);
+  struct Destination {
+    FlatSymbolRefAttr target;
+    LayoutAttr layout;
+    TypeAttr dtype;
+  };
+  FailureOr<Destination> destination(ArrayRef<int64_t> fields, Location loc);
+  LogicalResult fieldCount(RecordOp op, size_t have, size_t need, Location loc);
 
   ModuleOp module;
   const RecordedModule &records;
+  StringRef sourceName;
   RecordBuildOptions options;
   OpBuilder b;
   loadplan::DtypeCodes dtypes;
   SmallVector<RankedTensorType> types;
   /// The values of the block being built; [0] is the incoming tensor.
   SmallVector<Value> values;
-  SmallVector<FlatSymbolRefAttr> targets;
+  SmallVector<FlatSymbolRefAttr> storages, targets;
   /// By group key (see groupKey): the first name's checkpoint, which the
   /// later names with that key join as members, and its copy's offset.
   struct Group {
@@ -107,6 +124,22 @@ FailureOr<RankedTensorType> RecordBuilder::type(int64_t index, Location loc) {
   return types[index];
 }
 
+FailureOr<StringAttr> RecordBuilder::string(int64_t index, Location loc) {
+  if (index < 0 || static_cast<size_t>(index) >= records.strings.size())
+    return emitError(loc) << "records: string " << index
+                          << " is not in the table of "
+                          << records.strings.size();
+  std::string_view text = records.strings[index];
+  return b.getStringAttr(StringRef(text.data(), text.size()));
+}
+
+FailureOr<FlatSymbolRefAttr> RecordBuilder::target(int64_t index,
+                                                   Location loc) {
+  if (index < 0 || static_cast<size_t>(index) >= targets.size())
+    return emitError(loc) << "records: target " << index << " is not declared";
+  return targets[index];
+}
+
 FailureOr<Value> RecordBuilder::value(int64_t index, Location loc) {
   // -1 is the incoming tensor, values[0].
   if (index < -1 || index + 1 >= static_cast<int64_t>(values.size()))
@@ -115,85 +148,97 @@ FailureOr<Value> RecordBuilder::value(int64_t index, Location loc) {
   return values[index + 1];
 }
 
+FailureOr<SmallVector<Value>>
+RecordBuilder::valueList(ArrayRef<int64_t> indices, Location loc) {
+  SmallVector<Value> list;
+  list.reserve(indices.size());
+  for (int64_t index : indices) {
+    FailureOr<Value> v = value(index, loc);
+    if (failed(v))
+      return failure();
+    list.push_back(*v);
+  }
+  return list;
+}
+
+/// Checks that a record's result is the block's next value.
+LogicalResult RecordBuilder::define(int64_t index, Location loc) {
+  if (index + 1 != static_cast<int64_t>(values.size()))
+    return emitError(loc) << "records: value " << index
+                          << " defined out of order";
+  return success();
+}
+
+/// The destination of a copy or constant write: `target, dtype code,
+/// offset, shape..., stride...` (a rank's worth of each).
+FailureOr<RecordBuilder::Destination>
+RecordBuilder::destination(ArrayRef<int64_t> fields, Location loc) {
+  FailureOr<FlatSymbolRefAttr> into = target(fields[0], loc);
+  if (failed(into))
+    return failure();
+  Type dtype = element(fields[1]);
+  if (!dtype)
+    return emitError(loc) << "records: no element type for dtype code "
+                          << fields[1];
+  size_t rank = (fields.size() - 3) / 2;
+  auto layout = LayoutAttr::getChecked(
+      [&] { return emitError(loc); }, b.getContext(), fields[2],
+      fields.slice(3, rank), fields.slice(3 + rank, rank));
+  if (!layout)
+    return failure();
+  return Destination{*into, layout, TypeAttr::get(dtype)};
+}
+
+LogicalResult RecordBuilder::fieldCount(RecordOp op, size_t have, size_t need,
+                                        Location loc) {
+  return emitError(loc) << "records: " << kRecordOpNames[static_cast<int>(op)]
+                        << " has " << have << " fields, not " << need;
+}
+
 LogicalResult RecordBuilder::buildOp(ArrayRef<int64_t> entry, Location loc) {
   auto code = static_cast<size_t>(entry.front());
   if (entry.front() < 0 || code >= static_cast<size_t>(RecordOp::count))
-    return emitError(loc) << "records: unknown op code "
-                          << entry.front();
+    return emitError(loc) << "records: unknown op code " << entry.front();
   auto op = static_cast<RecordOp>(code);
-  ArrayRef<int64_t> fields = entry.drop_front();
-  auto tooShort = [&](size_t need) -> LogicalResult {
-    return emitError(loc) << "records: " << kRecordOpNames[code]
-                          << " has " << fields.size() << " fields, not "
-                          << need;
-  };
+  if (isDeclarationRecord(op))
+    return emitError(loc) << "records: a " << kRecordOpNames[code]
+                          << " declaration inside a checkpoint";
+  if (isViewRecord(op))
+    return buildView(op, entry.drop_front(), loc);
+  return buildEvent(op, entry.drop_front(), loc);
+}
+
+LogicalResult RecordBuilder::buildView(RecordOp op, ArrayRef<int64_t> fields,
+                                       Location loc) {
+  auto code = static_cast<size_t>(op);
   auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
-
-  if (op == RecordOp::copy) {
-    // source, source type, target, dtype, offset, shape..., stride...
-    if (fields.size() < 5 || (fields.size() - 5) % 2)
-      return tooShort(5);
-    FailureOr<Value> src = value(fields[0], loc);
-    FailureOr<RankedTensorType> srcType = type(fields[1], loc);
-    if (failed(src) || failed(srcType))
-      return failure();
-    if (src->getType() != *srcType)
-      return emitError(loc) << "records: copy source is "
-                            << src->getType() << ", recorded as " << *srcType;
-    int64_t target = fields[2];
-    if (target < 0 || static_cast<size_t>(target) >= targets.size())
-      return emitError(loc)
-             << "records: target " << target << " is not declared";
-    Type dtype = element(fields[3]);
-    if (!dtype)
-      return emitError(loc) << "records: no element type for dtype "
-                               "code "
-                            << fields[3];
-    size_t rank = (fields.size() - 5) / 2;
-    ArrayRef<int64_t> shape = fields.slice(5, rank);
-    ArrayRef<int64_t> stride = fields.slice(5 + rank, rank);
-    auto layout =
-        LayoutAttr::getChecked([&] { return emitError(loc); }, b.getContext(),
-                               fields[4], shape, stride);
-    if (!layout)
-      return failure();
-    CopyOp::create(b, loc, *src, targets[target], layout, TypeAttr::get(dtype));
-    return success();
-  }
-
-  // A view op: result, input, input type, result type, then its ints.
+  // result, input, input type, result type, then its ints.
   if (fields.size() < 4)
-    return tooShort(4);
-  if (fields[0] + 1 != static_cast<int64_t>(values.size()))
-    return emitError(loc) << "records: value " << fields[0]
-                          << " defined out of order";
+    return fieldCount(op, fields.size(), 4, loc);
+  if (failed(define(fields[0], loc)))
+    return failure();
   FailureOr<Value> input = value(fields[1], loc);
   FailureOr<RankedTensorType> inType = type(fields[2], loc);
   FailureOr<RankedTensorType> outType = type(fields[3], loc);
   if (failed(input) || failed(inType) || failed(outType))
     return failure();
   if (input->getType() != *inType)
-    return emitError(loc) << "records: " << kRecordOpNames[code]
-                          << " input is " << input->getType()
-                          << ", recorded as " << *inType;
+    return emitError(loc) << "records: " << kRecordOpNames[code] << " input is "
+                          << input->getType() << ", recorded as " << *inType;
   ArrayRef<int64_t> a = fields.drop_front(4);
-  auto need = [&](size_t n) -> LogicalResult {
-    if (a.size() == n)
-      return success();
-    return tooShort(4 + n);
-  };
   Value in = *input;
   RankedTensorType out = *outType;
   int ints = kRecordOpInts[code];
   if (ints == kRankPlusOne)
     ints = 1 + static_cast<int>(out.getRank());
-  if (ints != kAnyInts && failed(need(ints)))
-    return failure();
+  if (ints != kAnyInts && a.size() != static_cast<size_t>(ints))
+    return fieldCount(op, fields.size(), 4 + ints, loc);
   Value result;
   switch (op) {
   case RecordOp::slice:
-    if (options.foldWholeSlices && out == *inType && a[0] >= 0 && a[0] < out.getRank() && a[1] == 0 &&
-        a[3] == 1 && a[2] >= out.getDimSize(a[0]))
+    if (options.foldWholeSlices && out == *inType && a[0] >= 0 &&
+        a[0] < out.getRank() && a[1] == 0 && a[3] == 1 &&
+        a[2] >= out.getDimSize(a[0]))
       result = in;
     else
       result = SliceOp::create(b, loc, out, in, i64(a[0]), i64(a[1]), i64(a[2]),
@@ -229,13 +274,9 @@ LogicalResult RecordBuilder::buildOp(ArrayRef<int64_t> entry, Location loc) {
     result = AsStridedOp::create(b, loc, out, in, layout);
     break;
   }
-  case RecordOp::view:
-  case RecordOp::reshape:
-  case RecordOp::expand:
-  case RecordOp::convert:
-  case RecordOp::alias:
-  case RecordOp::clone: {
-    // No attributes: made from the op's name, which the table spells.
+  default: {
+    // No attributes (view, reshape, expand, convert, alias, clone): made
+    // from the op's name, which the table spells.
     std::optional<OperationName> &name = opNames[code];
     if (!name)
       name.emplace((Twine("loadplan.") + kRecordOpNames[code]).str(),
@@ -244,51 +285,231 @@ LogicalResult RecordBuilder::buildOp(ArrayRef<int64_t> entry, Location loc) {
     result = b.create(state)->getResult(0);
     break;
   }
-  case RecordOp::copy:
-  case RecordOp::count:
-    llvm_unreachable("handled above");
   }
   values.push_back(result);
   return success();
 }
 
-/// Parses the lines of text `lineIndices` (indices into records.lines) of
-/// checkpoint `name` and puts their ops at the builder's insertion point:
-/// in a block whose arguments stand for the values built so far, under the
-/// names the lines use (%w, %0, ...), which the parsed ops then use in their
-/// stead. Their results are the block's next values.
-LogicalResult RecordBuilder::parseLines(ArrayRef<int64_t> lineIndices,
-                                        StringRef name, Location loc) {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << "\"builtin.module\"() ({\n^bb0(";
-  for (auto [i, v] : llvm::enumerate(values)) {
-    if (i)
-      os << ", %" << i - 1;
+LogicalResult RecordBuilder::buildEvent(RecordOp op, ArrayRef<int64_t> fields,
+                                        Location loc) {
+  int fixed = kRecordOpInts[static_cast<int>(op)];
+  if (fixed >= 0 && fields.size() != static_cast<size_t>(fixed))
+    return fieldCount(op, fields.size(), fixed, loc);
+  switch (op) {
+  case RecordOp::copy: {
+    // source, source type, target, dtype, offset, shape..., stride...
+    if (fields.size() < 5 || (fields.size() - 5) % 2)
+      return fieldCount(op, fields.size(), 5, loc);
+    FailureOr<Value> src = value(fields[0], loc);
+    FailureOr<RankedTensorType> srcType = type(fields[1], loc);
+    if (failed(src) || failed(srcType))
+      return failure();
+    if (src->getType() != *srcType)
+      return emitError(loc) << "records: copy source is " << src->getType()
+                            << ", recorded as " << *srcType;
+    FailureOr<Destination> dest = destination(fields.drop_front(2), loc);
+    if (failed(dest))
+      return failure();
+    CopyOp::create(b, loc, *src, dest->target, dest->layout, dest->dtype);
+    return success();
+  }
+  case RecordOp::cat: {
+    // result, result type, dim, inputs...
+    if (fields.size() < 4)
+      return fieldCount(op, fields.size(), 4, loc);
+    FailureOr<RankedTensorType> out = type(fields[1], loc);
+    FailureOr<SmallVector<Value>> inputs = valueList(fields.drop_front(3), loc);
+    if (failed(define(fields[0], loc)) || failed(out) || failed(inputs))
+      return failure();
+    values.push_back(
+        CatOp::create(b, loc, *out, *inputs, b.getI64IntegerAttr(fields[2])));
+    return success();
+  }
+  case RecordOp::value_read: {
+    // input, op
+    FailureOr<Value> input = value(fields[0], loc);
+    FailureOr<StringAttr> name = string(fields[1], loc);
+    if (failed(input) || failed(name))
+      return failure();
+    ValueReadOp::create(b, loc, *input, *name);
+    return success();
+  }
+  case RecordOp::meta_failure:
+  case RecordOp::write_other: {
+    // op, inputs...
+    if (fields.empty())
+      return fieldCount(op, 0, 1, loc);
+    FailureOr<StringAttr> name = string(fields[0], loc);
+    FailureOr<SmallVector<Value>> inputs = valueList(fields.drop_front(), loc);
+    if (failed(name) || failed(inputs))
+      return failure();
+    if (op == RecordOp::meta_failure)
+      MetaFailureOp::create(b, loc, *name, *inputs);
     else
-      os << "%w";
-    os << ": " << v.getType();
+      WriteOtherOp::create(b, loc, *name, *inputs);
+    return success();
   }
-  os << "):\n";
-  for (int64_t index : lineIndices) {
-    if (index < 0 || static_cast<size_t>(index) >= records.lines.size())
-      return emitError(loc) << "records: line " << index
-                            << " is not in the table of "
-                            << records.lines.size();
-    os << records.lines[index] << "\n";
+  case RecordOp::apply: {
+    // op, reason, input count, inputs..., name count, names..., then each
+    // result's value and type.
+    if (fields.size() < 4)
+      return fieldCount(op, fields.size(), 4, loc);
+    FailureOr<StringAttr> name = string(fields[0], loc);
+    if (failed(name))
+      return failure();
+    StringAttr reason;
+    if (fields[1] != -1) {
+      FailureOr<StringAttr> r = string(fields[1], loc);
+      if (failed(r))
+        return failure();
+      reason = *r;
+    }
+    ArrayRef<int64_t> rest = fields.drop_front(2);
+    auto list = [&](ArrayRef<int64_t> &from) -> FailureOr<ArrayRef<int64_t>> {
+      if (from.empty() || from[0] < 0 ||
+          static_cast<uint64_t>(from[0]) >= from.size())
+        return emitError(loc) << "records: apply's lists overrun its fields";
+      ArrayRef<int64_t> items = from.slice(1, from[0]);
+      from = from.drop_front(1 + from[0]);
+      return items;
+    };
+    FailureOr<ArrayRef<int64_t>> inputIds = list(rest);
+    if (failed(inputIds))
+      return failure();
+    if (rest.empty())
+      return emitError(loc) << "records: apply's lists overrun its fields";
+    // The last list may end the record.
+    if (rest[0] < 0 || static_cast<uint64_t>(rest[0]) > rest.size() - 1)
+      return emitError(loc) << "records: apply's lists overrun its fields";
+    ArrayRef<int64_t> nameIds = rest.slice(1, rest[0]);
+    ArrayRef<int64_t> results = rest.drop_front(1 + rest[0]);
+    if (results.size() % 2)
+      return emitError(loc) << "records: apply's results are not pairs of "
+                               "a value and a type";
+    FailureOr<SmallVector<Value>> inputs = valueList(*inputIds, loc);
+    if (failed(inputs))
+      return failure();
+    SmallVector<Attribute> names;
+    for (int64_t id : nameIds) {
+      FailureOr<StringAttr> n = string(id, loc);
+      if (failed(n))
+        return failure();
+      names.push_back(*n);
+    }
+    SmallVector<Type> resultTypes;
+    for (size_t k = 0; k < results.size(); k += 2) {
+      FailureOr<RankedTensorType> t = type(results[k + 1], loc);
+      if (failed(t))
+        return failure();
+      if (results[k] != static_cast<int64_t>(values.size() - 1 + k / 2))
+        return emitError(loc)
+               << "records: value " << results[k] << " defined out of order";
+      resultTypes.push_back(*t);
+    }
+    auto apply = ApplyOp::create(
+        b, loc, resultTypes, *name, *inputs,
+        names.empty() ? ArrayAttr() : b.getArrayAttr(names), reason);
+    llvm::append_range(values, apply.getResults());
+    return success();
   }
-  os << "}) : () -> ()\n";
-  Block scratch;
-  ParserConfig config(b.getContext(), /*verifyAfterParse=*/false);
-  if (failed(parseSourceString(text, &scratch, config, name)))
+  case RecordOp::inplace_write: {
+    // op, target (-1: none), inputs...
+    if (fields.size() < 2)
+      return fieldCount(op, fields.size(), 2, loc);
+    FailureOr<StringAttr> name = string(fields[0], loc);
+    FailureOr<SmallVector<Value>> inputs = valueList(fields.drop_front(2), loc);
+    if (failed(name) || failed(inputs))
+      return failure();
+    FlatSymbolRefAttr into;
+    if (fields[1] != -1) {
+      FailureOr<FlatSymbolRefAttr> t = target(fields[1], loc);
+      if (failed(t))
+        return failure();
+      into = *t;
+    }
+    InplaceWriteOp::create(b, loc, *name, *inputs, into);
+    return success();
+  }
+  case RecordOp::read_target: {
+    // target, op
+    FailureOr<FlatSymbolRefAttr> from = target(fields[0], loc);
+    FailureOr<StringAttr> name = string(fields[1], loc);
+    if (failed(from) || failed(name))
+      return failure();
+    ReadTargetOp::create(b, loc, *from, *name);
+    return success();
+  }
+  case RecordOp::constant_write: {
+    // op, target, dtype, offset, shape..., stride...
+    if (fields.size() < 4 || (fields.size() - 4) % 2)
+      return fieldCount(op, fields.size(), 4, loc);
+    FailureOr<StringAttr> name = string(fields[0], loc);
+    FailureOr<Destination> dest = destination(fields.drop_front(1), loc);
+    if (failed(name) || failed(dest))
+      return failure();
+    ConstantWriteOp::create(b, loc, *name, dest->target, dest->layout,
+                            dest->dtype);
+    return success();
+  }
+  default:
+    llvm_unreachable("views and declarations are built elsewhere");
+  }
+}
+
+LogicalResult RecordBuilder::buildDeclaration(RecordOp op,
+                                              ArrayRef<int64_t> fields,
+                                              Location loc) {
+  if (op == RecordOp::storage) {
+    // size
+    if (fields.size() != 1)
+      return fieldCount(op, fields.size(), 1, loc);
+    auto symbol = b.getStringAttr("s" + Twine(storages.size()));
+    StorageOp::create(b, loc, symbol, b.getI64IntegerAttr(fields[0]));
+    storages.push_back(FlatSymbolRefAttr::get(symbol));
+    return success();
+  }
+  // module, tensor, storage, byte offset, type, stride...
+  if (fields.size() < 5)
+    return fieldCount(op, fields.size(), 5, loc);
+  FailureOr<StringAttr> moduleName = string(fields[0], loc);
+  FailureOr<StringAttr> tensorName = string(fields[1], loc);
+  FailureOr<RankedTensorType> tensorType = type(fields[4], loc);
+  if (failed(moduleName) || failed(tensorName) || failed(tensorType))
     return failure();
-  Block &body = scratch.front().getRegion(0).front();
-  for (auto [arg, v] : llvm::zip_equal(body.getArguments(), values))
-    arg.replaceAllUsesWith(v);
-  for (Operation &op : llvm::make_early_inc_range(body)) {
-    op.moveBefore(b.getInsertionBlock(), b.getInsertionPoint());
-    op.walk([&](Operation *nested) { nested->setLoc(loc); });
-    llvm::append_range(values, op.getResults());
+  if (fields[2] < 0 || static_cast<size_t>(fields[2]) >= storages.size())
+    return emitError(loc) << "records: storage " << fields[2]
+                          << " is not declared";
+  auto symbol = b.getStringAttr("t" + Twine(targets.size()));
+  TargetOp::create(b, loc, symbol, *moduleName, *tensorName,
+                   storages[fields[2]], b.getI64IntegerAttr(fields[3]),
+                   b.getDenseI64ArrayAttr(fields.drop_front(5)),
+                   TypeAttr::get(*tensorType));
+  targets.push_back(FlatSymbolRefAttr::get(symbol));
+  return success();
+}
+
+/// The storages and targets, each at the line MLIR prints it on below a
+/// title line (as the IR text of a capture or an import has it: the
+/// `module {` line is 2), so that what is said of a target cites its line
+/// in that text.
+LogicalResult RecordBuilder::buildDeclarations() {
+  ArrayRef<int64_t> ops = records.declarations;
+  unsigned line = 3;
+  while (!ops.empty()) {
+    Location loc = FileLineColLoc::get(b.getContext(), sourceName, line++, 3);
+    int64_t n = ops.front();
+    if (n < 1 || static_cast<size_t>(n) >= ops.size())
+      return emitError(loc) << "records: a declaration of " << n
+                            << " fields overruns the declarations";
+    int64_t code = ops[1];
+    if (code < 0 || code >= static_cast<int64_t>(RecordOp::count) ||
+        !isDeclarationRecord(static_cast<RecordOp>(code)))
+      return emitError(loc)
+             << "records: op code " << code << " is no declaration";
+    if (failed(buildDeclaration(static_cast<RecordOp>(code),
+                                ops.slice(2, n - 1), loc)))
+      return failure();
+    ops = ops.drop_front(1 + n);
   }
   return success();
 }
@@ -309,36 +530,20 @@ RecordBuilder::buildCheckpoint(const RecordedModule::Checkpoint &ck) {
   if (ck.begin > ck.end || ck.end > records.ops.size())
     return emitError(loc) << "records: ops out of range";
   ArrayRef<int64_t> ops(records.ops.data() + ck.begin, ck.end - ck.begin);
-  // Lines of text next to one another are parsed together.
-  SmallVector<int64_t> lines;
-  auto flushLines = [&]() -> LogicalResult {
-    if (lines.empty())
-      return success();
-    LogicalResult parsed = parseLines(lines, name, loc);
-    lines.clear();
-    return parsed;
-  };
   while (!ops.empty()) {
     int64_t n = ops.front();
-    if (n == 0 && ops.size() >= 2) {
-      lines.push_back(ops[1]);
-      ops = ops.drop_front(2);
-      continue;
-    }
     if (n < 1 || static_cast<size_t>(n) >= ops.size())
-      return emitError(loc) << "records: an op of " << n
-                            << " fields overruns its checkpoint";
-    if (failed(flushLines()) || failed(buildOp(ops.slice(1, n), loc)))
+      return emitError(loc)
+             << "records: an op of " << n << " fields overruns its checkpoint";
+    if (failed(buildOp(ops.slice(1, n), loc)))
       return failure();
     ops = ops.drop_front(1 + n);
   }
-  if (failed(flushLines()))
-    return failure();
   return op;
 }
 
 /// Whether `ck` can share a checkpoint with others: its records are views
-/// and at most one copy, which is well formed, and it has no line of text. The key is then its type
+/// and at most one copy, which is well formed. The key is then its type
 /// and its records with the copy's offset left out, and `offset` and
 /// `itemSize` the copy's offset and element size (0 and 1 without a copy:
 /// another rank's expert, say, which its loader only narrows). Anything
@@ -357,11 +562,11 @@ bool RecordBuilder::groupKey(const RecordedModule::Checkpoint &ck,
   while (!ops.empty()) {
     int64_t n = ops.front();
     if (n < 1 || static_cast<size_t>(n) >= ops.size())
-      return false; // a line of text, or a record that does not fit
+      return false; // a record that does not fit
     ArrayRef<int64_t> entry = ops.slice(1, n);
     int64_t code = entry.front();
-    if (code < 0 || code >= static_cast<int64_t>(RecordOp::count))
-      return false;
+    if (code < 0 || code > static_cast<int64_t>(RecordOp::copy))
+      return false; // an event (or no op): a checkpoint of its own
     size_t at = key.size();
     key.append(ops.begin(), ops.begin() + 1 + n);
     if (static_cast<RecordOp>(code) == RecordOp::copy) {
@@ -382,11 +587,9 @@ bool RecordBuilder::groupKey(const RecordedModule::Checkpoint &ck,
 }
 
 LogicalResult RecordBuilder::run() {
-  if (failed(makeTypes()))
-    return failure();
-  for (TargetOp target : module.getOps<TargetOp>())
-    targets.push_back(FlatSymbolRefAttr::get(target.getSymNameAttr()));
   b.setInsertionPointToEnd(module.getBody());
+  if (failed(makeTypes()) || failed(buildDeclarations()))
+    return failure();
   // A name's position in arrival order is its index.
   for (auto [position, ck] : llvm::enumerate(records.checkpoints)) {
     int64_t offset = 0, itemSize = 1, shift = 0;
@@ -413,20 +616,14 @@ LogicalResult RecordBuilder::run() {
   return success();
 }
 
-OwningOpRef<ModuleOp>
-mlir::loadplan::buildRecordedModule(MLIRContext *context,
-                                    const RecordedModule &records,
-                                    StringRef sourceName,
-                                    const RecordBuildOptions &options) {
+OwningOpRef<ModuleOp> mlir::loadplan::buildRecordedModule(
+    MLIRContext *context, const RecordedModule &records, StringRef sourceName,
+    const RecordBuildOptions &options) {
   context->getOrLoadDialect<LoadPlanDialect>();
-  // The declarations are verified with the rest once the module is whole:
-  // the checkpoints name their targets, and are not there yet.
-  ParserConfig config(context, /*verifyAfterParse=*/false);
+  // At the line of `module {` below a title line, as its text has it.
   OwningOpRef<ModuleOp> module =
-      parseSourceString<ModuleOp>(records.text, config, sourceName);
-  if (!module)
-    return nullptr;
-  if (failed(RecordBuilder(*module, records, options).run()))
+      ModuleOp::create(FileLineColLoc::get(context, sourceName, 2, 1));
+  if (failed(RecordBuilder(*module, records, sourceName, options).run()))
     return nullptr;
   return module;
 }

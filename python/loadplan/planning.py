@@ -59,9 +59,8 @@ def compile_ir(ir: str, source_name: str = "<captured>", print_ir: bool = False,
 def compile_capture(captured: Capture, source_name: str = "<captured>",
                     print_ir: bool = False, print_json: bool = True) -> dict:
     """Compiles a capture in process as ``compile_ir`` compiles its IR
-    text, but from its records: the module is built in memory, and only
-    the storages, the targets and the names with an op that is not a record
-    are text. Returns and raises what ``compile_ir`` does."""
+    text, but from its records: the module is built in memory, without
+    text. Returns and raises what ``compile_ir`` does."""
     return _compiled(_native.compile_records, *captured.records(), source_name, print_ir,
                      print_json)
 

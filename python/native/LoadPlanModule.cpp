@@ -45,14 +45,45 @@ PyObject *recordSequence(PyObject *item, const char *what) {
   return item;
 }
 
+/// Appends the records of `ops` (a sequence of int tuples) to `out`, each
+/// as its length and its ints.
+void readOps(PyObject *ops, std::vector<int64_t> &out) {
+  Py_ssize_t nOps = PySequence_Fast_GET_SIZE(ops);
+  for (Py_ssize_t k = 0; k < nOps; ++k) {
+    PyObject *op = recordSequence(PySequence_Fast_GET_ITEM(ops, k), "an op");
+    Py_ssize_t fields = PySequence_Fast_GET_SIZE(op);
+    if (fields == 0)
+      throw nb::type_error("loadplan._native.compile_records: an op is "
+                           "empty");
+    out.push_back(fields);
+    for (Py_ssize_t f = 0; f < fields; ++f)
+      out.push_back(recordInt(PySequence_Fast_GET_ITEM(op, f), "an op"));
+  }
+}
+
+/// The UTF-8 bytes of the str `item`, which stays alive through the call.
+std::string_view recordString(PyObject *item, const char *what) {
+  if (!PyUnicode_Check(item))
+    throw nb::type_error((std::string("loadplan._native.compile_records: ") +
+                          what + " is not a str")
+                             .c_str());
+  Py_ssize_t size = 0;
+  const char *bytes = PyUnicode_AsUTF8AndSize(item, &size);
+  if (!bytes)
+    throw nb::python_error();
+  return std::string_view(bytes, size);
+}
+
 /// The Python side of compile_records' arguments, read into plain C++ (the
 /// compile then runs without the GIL). Reads through CPython's own macros:
-/// at 50,000 names this is a million ints. The names stay the strs' own
-/// bytes: `checkpoints` holds them through the call.
-mlir::loadplan::RecordedModule readRecords(std::string text, nb::handle types,
+/// at 50,000 names this is a million ints. The names and strings stay the
+/// strs' own bytes: the arguments hold them through the call.
+mlir::loadplan::RecordedModule readRecords(nb::handle declarations,
+                                           nb::handle types,
+                                           nb::handle strings,
                                            nb::handle checkpoints) {
   mlir::loadplan::RecordedModule r;
-  r.text = std::move(text);
+  readOps(recordSequence(declarations.ptr(), "declarations"), r.declarations);
   PyObject *typeList = recordSequence(types.ptr(), "types");
   Py_ssize_t nTypes = PySequence_Fast_GET_SIZE(typeList);
   r.typeShapes.resize(nTypes);
@@ -74,6 +105,12 @@ mlir::loadplan::RecordedModule readRecords(std::string text, nb::handle types,
                             "out of range");
     r.typeDtypes[i] = static_cast<uint32_t>(dtype);
   }
+  PyObject *stringList = recordSequence(strings.ptr(), "strings");
+  Py_ssize_t nStrings = PySequence_Fast_GET_SIZE(stringList);
+  r.strings.reserve(nStrings);
+  for (Py_ssize_t i = 0; i < nStrings; ++i)
+    r.strings.push_back(
+        recordString(PySequence_Fast_GET_ITEM(stringList, i), "a string"));
   PyObject *list = recordSequence(checkpoints.ptr(), "checkpoints");
   Py_ssize_t n = PySequence_Fast_GET_SIZE(list);
   r.checkpoints.resize(n);
@@ -88,40 +125,13 @@ mlir::loadplan::RecordedModule readRecords(std::string text, nb::handle types,
       throw nb::type_error("loadplan._native.compile_records: a checkpoint "
                            "is not (name, type, ops)");
     auto &ck = r.checkpoints[i];
-    Py_ssize_t size = 0;
-    const char *name =
-        PyUnicode_AsUTF8AndSize(PySequence_Fast_GET_ITEM(item, 0), &size);
-    if (!name)
-      throw nb::python_error();
-    ck.name = std::string_view(name, size);
+    ck.name = recordString(PySequence_Fast_GET_ITEM(item, 0), "a name");
     ck.type = recordInt(PySequence_Fast_GET_ITEM(item, 1), "a checkpoint type");
     if (ck.type < 0)
       throw nb::value_error("loadplan._native.compile_records: a checkpoint "
                             "type out of range");
-    PyObject *ops = recordSequence(PySequence_Fast_GET_ITEM(item, 2), "ops");
     ck.begin = r.ops.size();
-    Py_ssize_t nOps = PySequence_Fast_GET_SIZE(ops);
-    for (Py_ssize_t k = 0; k < nOps; ++k) {
-      PyObject *op = PySequence_Fast_GET_ITEM(ops, k);
-      if (PyUnicode_Check(op)) { // a line of text
-        Py_ssize_t length = 0;
-        const char *line = PyUnicode_AsUTF8AndSize(op, &length);
-        if (!line)
-          throw nb::python_error();
-        r.ops.push_back(0);
-        r.ops.push_back(static_cast<int64_t>(r.lines.size()));
-        r.lines.emplace_back(line, length);
-        continue;
-      }
-      recordSequence(op, "an op");
-      Py_ssize_t fields = PySequence_Fast_GET_SIZE(op);
-      if (fields == 0)
-        throw nb::type_error("loadplan._native.compile_records: an op is "
-                             "empty");
-      r.ops.push_back(fields);
-      for (Py_ssize_t f = 0; f < fields; ++f)
-        r.ops.push_back(recordInt(PySequence_Fast_GET_ITEM(op, f), "an op"));
-    }
+    readOps(recordSequence(PySequence_Fast_GET_ITEM(item, 2), "ops"), r.ops);
     ck.end = r.ops.size();
   }
   return r;
@@ -184,10 +194,11 @@ NB_MODULE(_native, m) {
 
   m.def(
       "compile_records",
-      [finish](std::string text, nb::handle types, nb::handle checkpoints,
-               const std::string &sourceName, bool printIR, bool printJson) {
+      [finish](nb::handle declarations, nb::handle types, nb::handle strings,
+               nb::handle checkpoints, const std::string &sourceName,
+               bool printIR, bool printJson) {
         mlir::loadplan::RecordedModule records =
-            readRecords(std::move(text), types, checkpoints);
+            readRecords(declarations, types, strings, checkpoints);
         loadplan_python::CompileResult r;
         {
           nb::gil_scoped_release release;
@@ -196,22 +207,22 @@ NB_MODULE(_native, m) {
         }
         return finish(r);
       },
-      nb::arg("text"), nb::arg("types"), nb::arg("checkpoints"),
-      nb::arg("source_name") = "<captured>", nb::arg("print_ir") = true,
-      nb::arg("print_json") = true,
-      "Compiles a capture given as records: `text` holds the storages and "
-      "targets, `types` is a list of (shape, dtype code), `checkpoints` one "
-      "(name, type, ops) per name in arrival order, each op a record (an "
-      "int tuple whose code indexes RECORD_OPS, built into the module "
-      "without text) or a str, a line of IR text of another op. Returns "
-      "what compile() returns.");
+      nb::arg("declarations"), nb::arg("types"), nb::arg("strings"),
+      nb::arg("checkpoints"), nb::arg("source_name") = "<captured>",
+      nb::arg("print_ir") = true, nb::arg("print_json") = true,
+      "Compiles a capture given as records (int tuples whose code indexes "
+      "RECORD_OPS, built into the module without text): `declarations` the "
+      "storages' and targets', `types` a list of (shape, dtype code), "
+      "`strings` a list of the strs records index, `checkpoints` one (name, "
+      "type, ops) per name in arrival order. Returns what compile() "
+      "returns.");
 
   m.def(
       "records_ir",
-      [raise](std::string text, nb::handle types, nb::handle checkpoints,
-              const std::string &sourceName) {
+      [raise](nb::handle declarations, nb::handle types, nb::handle strings,
+              nb::handle checkpoints, const std::string &sourceName) {
         mlir::loadplan::RecordedModule records =
-            readRecords(std::move(text), types, checkpoints);
+            readRecords(declarations, types, strings, checkpoints);
         loadplan_python::CompileResult r;
         {
           nb::gil_scoped_release release;
@@ -221,8 +232,8 @@ NB_MODULE(_native, m) {
           raise(r);
         return r.compiledIR;
       },
-      nb::arg("text"), nb::arg("types"), nb::arg("checkpoints"),
-      nb::arg("source_name") = "<captured>",
+      nb::arg("declarations"), nb::arg("types"), nb::arg("strings"),
+      nb::arg("checkpoints"), nb::arg("source_name") = "<captured>",
       "The IR text of what compile_records takes: the module its records "
       "build, as MLIR prints it (every checkpoint, no members). Raises "
       "CompileError for records that do not build.");

@@ -1,8 +1,8 @@
-"""The capture's records: the view ops and copies a loader made, compiled
-by building the module in memory (``_native.compile_records``) instead of
-parsing IR text. Every plan_loads in the tests is also checked against the
-text (conftest.py); these tests check the records themselves and what the
-builder says of bad ones."""
+"""The capture's records: every op a loader made, and the storages and
+targets, compiled by building the module in memory
+(``_native.compile_records``) instead of parsing IR text. Every plan_loads
+in the tests is also checked against the text (conftest.py); these tests
+check the records themselves and what the builder says of bad ones."""
 
 from __future__ import annotations
 
@@ -46,30 +46,29 @@ def model(loader_model):
 
 def test_every_record_op_builds_what_its_text_parses_to(loader_model):
     captured = capture(model(loader_model), METAS)
-    text, types, checkpoints = captured.records()
-    assert all(c is not None for c in checkpoints), "a name fell back to text"
+    declarations, types, strings, checkpoints = captured.records()
     codes = {op[0] for _, _, ops in checkpoints for op in ops}
     used = {_ir.RECORD_OPS[c] for c in codes}
     # torch hands flatten, unflatten and reshape to a dispatch mode as views.
-    assert used == set(_ir.RECORD_OPS) - {"flatten", "unflatten", "reshape"}
-    # The text holds the storages and targets only.
-    assert "loadplan.checkpoint" not in text
+    views = set(_ir.RECORD_OPS[:_ir.COPY + 1])
+    assert used == views - {"flatten", "unflatten", "reshape"}
+    assert [_ir.RECORD_OPS[d[0]] for d in declarations] == ["storage"] * 3 + ["target"] * 3
     from_records = compile_capture(captured)
     from_text = compile_ir(captured.ir)
     assert from_records["plan"] == from_text["plan"]
     assert from_records["report"].split(";")[0] == from_text["report"].split(";")[0]
 
 
-def _text_of(text: str, types, checkpoints) -> str:
+def _text_of(declarations, types, strings, checkpoints) -> str:
     """The IR text the records stand for, as MLIR prints what they build."""
-    return _native.records_ir(text, types, checkpoints)
+    return _native.records_ir(declarations, types, strings, checkpoints)
 
 
 def test_records_torch_does_not_make_build_as_their_text_parses(loader_model):
     """flatten, unflatten and reshape records (torch.export's graphs have
     them; a dispatch mode sees views), against the parse of their text."""
     captured = capture(model(loader_model), METAS)
-    text, types, checkpoints = captured.records()
+    declarations, types, strings, checkpoints = captured.records()
     types = list(types)
 
     def t(shape):
@@ -86,16 +85,17 @@ def test_records_torch_does_not_make_build_as_their_text_parses(loader_model):
         (_ir.COPY, 3, b2x3x4, 0, _ir.dtype_code(BF16), 0, 2, 3, 4, 12, 4, 1),
     ]
     built = [("b", b24, ops)]
-    from_records = _native.compile_records(text, types, built, print_ir=False, print_json=False)
-    from_text = compile_ir(_text_of(text, types, built), print_json=False)
+    from_records = _native.compile_records(declarations, types, strings, built,
+                                           print_ir=False, print_json=False)
+    from_text = compile_ir(_text_of(declarations, types, strings, built), print_json=False)
     assert from_records["plan"] == from_text["plan"]
     assert "1 direct" in from_records["report"] or "direct" in from_records["report"]
 
 
-def test_a_name_with_another_op_goes_as_text_in_its_place(loader_model):
+def test_a_name_with_another_op_is_an_apply_record_in_its_place(loader_model):
     def load(m, name, w):
         if name == "sum":
-            m.p.copy_(w + 1)  # an apply: a line of text, and the name falls back
+            m.p.copy_(w + 1)  # an apply, and the name falls back
         else:
             getattr(m, name).copy_(w)
 
@@ -103,11 +103,14 @@ def test_a_name_with_another_op_goes_as_text_in_its_place(loader_model):
              ParamMeta("y", (4,), BF16)]
     params = {"x": ((4,), BF16), "p": ((4,), BF16), "y": ((4,), BF16)}
     captured = capture(loader_model(params, load), metas)
-    text, _, checkpoints = captured.records()
+    _, _, strings, checkpoints = captured.records()
     assert [c[0] for c in checkpoints] == ["x", "sum", "y"]
-    texts = [[op for op in c[2] if isinstance(op, str)] for c in checkpoints]
-    assert texts[0] == texts[2] == [] and texts[1][0].startswith("%0 = loadplan.apply")
-    assert "loadplan.checkpoint" not in text
+    codes = [[_ir.RECORD_OPS[op[0]] for op in c[2]] for c in checkpoints]
+    assert codes == [["copy"], ["apply", "copy"], ["copy"]]
+    apply = checkpoints[1][2][0]
+    assert strings[apply[1]] == "aten.add.Tensor" and apply[2] == -1
+    assert '%0 = loadplan.apply "aten.add.Tensor"(%w) : (tensor<4xbf16>) -> tensor<4xbf16>' \
+        in captured.ir
     assert compile_capture(captured)["plan"] == compile_ir(captured.ir)["plan"]
     plan = loadplan.plan_loads(loader_model(params, load), metas)
     assert [plan.entries[n].kind for n in ("x", "sum", "y")] == ["direct", "fallback", "direct"]
@@ -128,52 +131,60 @@ def test_the_ir_text_is_made_only_when_asked_for(loader_model, monkeypatch):
 
 def _records(loader_model):
     captured = capture(model(loader_model), METAS)
-    text, types, checkpoints = captured.records()
-    return text, list(types), [list(c[:2]) + [list(c[2])] for c in checkpoints]
+    declarations, types, strings, checkpoints = captured.records()
+    return (list(declarations), list(types), list(strings),
+            [list(c[:2]) + [list(c[2])] for c in checkpoints])
 
 
-def _refused(text, types, checkpoints, match):
+def _refused(declarations, types, strings, checkpoints, match):
     with pytest.raises((_native.CompileError, TypeError, ValueError), match=match):
-        _native.compile_records(text, types, checkpoints)
+        _native.compile_records(declarations, types, strings, checkpoints)
 
 
 def test_bad_records_are_refused_with_a_reason(loader_model):
-    text, types, cks = _records(loader_model)
+    decls, types, strings, cks = _records(loader_model)
+
+    def _refused_cks(bad, match):
+        _refused(decls, types, strings, bad, match)
+
+    def _refused_types(bad, match):
+        _refused(decls, bad, strings, cks, match)
+
     first = cks[0][2][0]
 
     bad = [list(c) for c in cks]
     bad[0] = [cks[0][0], cks[0][1], [(99,) + tuple(first[1:])]]
-    _refused(text, types, bad, "unknown op code 99")
+    _refused_cks(bad, "unknown op code 99")
 
     bad[0] = [cks[0][0], cks[0][1], [(first[0], 0, 7) + tuple(first[3:])]]
-    _refused(text, types, bad, "value 7 is not defined before its use")
+    _refused_cks(bad, "value 7 is not defined before its use")
 
     bad[0] = [cks[0][0], cks[0][1], [tuple(first[:3]) + (10_000,) + tuple(first[4:])]]
-    _refused(text, types, bad, "type 10000 is not in the table")
+    _refused_cks(bad, "type 10000 is not in the table")
 
     bad[0] = [cks[0][0], cks[0][1], [tuple(first[:5])]]
-    _refused(text, types, bad, "slice has 4 fields, not 8")
+    _refused_cks(bad, "slice has 4 fields, not 8")
 
     bad[0] = [cks[0][0], cks[0][1], [tuple(first[:5]) + ("one", 0, 4, 1)]]
-    _refused(text, types, bad, "other than a 64-bit int")
+    _refused_cks(bad, "other than a 64-bit int")
 
     bad[0] = [cks[0][0], cks[0][1], [tuple(first[:5]) + (1 << 70, 0, 4, 1)]]
-    _refused(text, types, bad, "other than a 64-bit int")
+    _refused_cks(bad, "other than a 64-bit int")
 
-    _refused(text, types, cks + [None], "not \\(name, type, ops\\)")
-    _refused(text, types + [((2,), 999)], cks, "no element type for dtype code 999")
+    _refused_cks(cks + [None], "not \\(name, type, ops\\)")
+    _refused_types(types + [((2,), 999)], "no element type for dtype code 999")
     # The largest code a record may carry: refused without a table that big.
-    _refused(text, types + [((2,), 2**32 - 1)], cks,
-             "no element type for dtype code 4294967295")
-    _refused(text, types, [("a", 0)], "not \\(name, type, ops\\)")
+    _refused_types(types + [((2,), 2**32 - 1)],
+                   "no element type for dtype code 4294967295")
+    _refused_cks([("a", 0)], "not \\(name, type, ops\\)")
 
 
 def test_a_copy_record_must_name_a_declared_target(loader_model):
-    text, types, cks = _records(loader_model)
+    decls, types, strings, cks = _records(loader_model)
     name, type_, ops = cks[3]  # "d": as_strided then copy into r
     copy = list(ops[-1])
     copy[3] = 55
-    _refused(text, types, cks[:3] + [[name, type_, ops[:-1] + [tuple(copy)]]],
+    _refused(decls, types, strings, cks[:3] + [[name, type_, ops[:-1] + [tuple(copy)]]],
              "target 55 is not declared")
 
 
@@ -181,13 +192,14 @@ def test_a_refused_record_is_reported_at_its_checkpoint(loader_model):
     """A compile of records first builds their ops at no location, which is
     cheaper; one that fails is compiled again at the names' locations, so
     that each error, the builder's or a verifier's, names its checkpoint."""
-    text, types, cks = _records(loader_model)
+    decls, types, strings, cks = _records(loader_model)
     name, type_, ops = cks[0]  # "a": w.narrow(1, 2, 4) is the first op
     slice_ = tuple(ops[0])
     for op, says in [((99,) + slice_[1:], "unknown op code 99"),
                      (slice_[:6] + (3,) + slice_[7:], "'loadplan.slice' op")]:
         with pytest.raises(_native.CompileError) as refused:
-            _native.compile_records(text, types, [[name, type_, [op] + ops[1:]]] + cks[1:])
+            _native.compile_records(decls, types, strings,
+                                    [[name, type_, [op] + ops[1:]]] + cks[1:])
         first = refused.value.diagnostics[0]
         assert first.startswith(f'loc("{name}"): error: ') and says in first, first
 
@@ -246,11 +258,11 @@ def test_a_failed_compile_of_members_reports_each_name_at_its_own(loader_model):
 
     metas = [ParamMeta(f"e.{i}", (4,), BF16) for i in range(3)]
     captured = capture(loader_model({"p": ((12,), BF16)}, load), metas)
-    text, types, cks = captured.records()
+    decls, types, strings, cks = captured.records()
     cks = list(cks)
     cks.append(("e.1", cks[1][1], cks[1][2]))  # e.1 again, as a fourth name
     with pytest.raises(_native.CompileError) as refused:
-        _native.compile_records(text, types, cks)
+        _native.compile_records(decls, types, strings, cks)
     first = refused.value.diagnostics[0]
     assert first.startswith('loc("e.1"): error: ') and "declared twice" in first, first
 
@@ -288,3 +300,4 @@ def test_lower_view_reads_a_calls_arguments_by_position_or_name():
         _native.lower_view(index, w, out, (w, 1, "two"), {})
     view = _native.ATEN_VIEWS.index("aten.view")
     assert _native.lower_view(view, w, w.view(torch.int16), (w, torch.int16), {}) is None
+

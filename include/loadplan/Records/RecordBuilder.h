@@ -3,7 +3,7 @@
 // The one place records become the dialect's ops, for both front ends: the
 // in-process compile of a capture (python/native/Compile.cpp), the
 // capture's IR text (what MLIR's printer prints of the module built here:
-// the ops' assembly formats are the only spelling of records), and the
+// the ops' assembly formats are the only spelling of the IR), and the
 // torch.export importer's module (lib/Import/TorchExport.cpp).
 //
 //===----------------------------------------------------------------------===//
@@ -36,12 +36,11 @@ struct RecordBuildOptions {
   bool foldWholeSlices = false;
 };
 
-/// The module of `records`: its text (the declarations) parsed, named
-/// `sourceName` in diagnostics, and each checkpoint built after them in
-/// arrival order, its records as the ops they stand for and its lines of
-/// text parsed in their place. Nothing is verified. Null, with error
-/// diagnostics, for records that do not fit (an unknown code, a value or
-/// type out of range, a wrong field count, a line that does not parse).
+/// The module of `records`: its storages and targets, then each checkpoint
+/// in arrival order, its records as the ops they stand for; named
+/// `sourceName` in diagnostics. Nothing is verified. Null, with error
+/// diagnostics, for records that do not fit (an unknown code, a value,
+/// type, string or target out of range, a wrong field count).
 OwningOpRef<ModuleOp> buildRecordedModule(MLIRContext *context,
                                           const RecordedModule &records,
                                           llvm::StringRef sourceName,

@@ -1,8 +1,8 @@
 //===- RecordOps.h - The ops front ends record as integers ------*- C++ -*-===//
 //
 // Both front ends, the capture (python/loadplan/capture/trace.py) and the
-// torch.export importer (lib/Import), record the ops that make up nearly
-// every loader, the view ops and copy_, as tuples of integers; the record
+// torch.export importer (lib/Import), record every op of a loader, and the
+// declarations of the targets it writes, as tuples of integers; the record
 // builder (RecordBuilder.h) makes the dialect's ops of them, and the IR text
 // of a record is what MLIR's printer prints of that op. This list is the
 // one table of their codes: a code is the op's index here, and Python reads
@@ -22,10 +22,25 @@
 //     unflatten  dim
 //     as_strided offset, stride... (the shape is the result type's)
 //     the others none
-//   copy       source, source type, target index, dtype code, offset,
-//              shape..., stride...
+//   copy           source, source type, target, dtype code, offset,
+//                  shape..., stride...
+//   cat            result, result type, dim, inputs...
+//   value_read     input, op
+//   meta_failure   op, inputs...
+//   apply          op, reason (-1: none), input count, inputs...,
+//                  name count, names..., then each result's value and type
+//   inplace_write  op, target (-1: none), inputs...
+//   write_other    op, inputs...
+//   read_target    target, op
+//   constant_write op, target, dtype code, offset, shape..., stride...
+// and the module's declarations, before every checkpoint:
+//   storage        size (its symbol is @s<i> for the i-th storage)
+//   target         module, tensor, storage, byte offset, type, stride...
+//                  (its symbol is @t<i> for the i-th target)
 // Values count from 0 in their checkpoint's block; -1 is the incoming
-// tensor. Types index the records' type table. Plain C++: the importer's
+// tensor. Types index the records' type table, and op names (`aten.exp`),
+// reasons, the other names an apply combined and the module and tensor
+// names of targets index its string table. Plain C++: the importer's
 // LibTorch side includes it too.
 //
 //===----------------------------------------------------------------------===//
@@ -49,12 +64,23 @@
   X(convert, 0)                                                                \
   X(alias, 0)                                                                  \
   X(clone, 0)                                                                  \
-  X(copy, kAnyInts)
+  X(copy, kAnyInts)                                                            \
+  X(cat, kAnyInts)                                                             \
+  X(value_read, 2)                                                             \
+  X(meta_failure, kAnyInts)                                                    \
+  X(apply, kAnyInts)                                                           \
+  X(inplace_write, kAnyInts)                                                   \
+  X(write_other, kAnyInts)                                                     \
+  X(read_target, 2)                                                            \
+  X(constant_write, kAnyInts)                                                  \
+  X(storage, 1)                                                                \
+  X(target, kAnyInts)
 
 namespace mlir::loadplan {
 
-/// How many ints a view op takes after its types: kAnyInts for a list of
-/// dims, kRankPlusOne for an offset and a stride per result dim.
+/// How many ints a view op takes after its types, and how many fields any
+/// other op has: kAnyInts for a list, kRankPlusOne for an offset and a
+/// stride per result dim.
 inline constexpr int kAnyInts = -1, kRankPlusOne = -2;
 
 enum class RecordOp : int {
@@ -75,6 +101,16 @@ inline constexpr int kRecordOpInts[] = {
     LOADPLAN_RECORD_OPS(LOADPLAN_RECORD_OP_INTS_)
 #undef LOADPLAN_RECORD_OP_INTS_
 };
+
+/// Whether `op` is a view op (the ops up to copy): its fields start with
+/// result, input, input type, result type.
+inline constexpr bool isViewRecord(RecordOp op) { return op < RecordOp::copy; }
+
+/// Whether `op` declares the module's storages and targets: it is in no
+/// checkpoint.
+inline constexpr bool isDeclarationRecord(RecordOp op) {
+  return op == RecordOp::storage || op == RecordOp::target;
+}
 
 } // namespace mlir::loadplan
 

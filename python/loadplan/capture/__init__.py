@@ -30,9 +30,9 @@ under :class:`_TargetGuard`: constant writes into targets (``fill_``,
 ``zero_``) happen and are recorded as ``constant_write``; a real op that
 reads a target is recorded as ``read_target``.
 
-The view ops and copies are records (int tuples), the rest lines of IR
-text; the compiler builds the module of both (``loadplan._native``), and
-the IR text is what MLIR's printer prints of it (``Capture.ir``, for
+Every op, and the storages and targets, are records (int tuples); the
+compiler builds the module of them (``loadplan._native``), and the IR text
+is what MLIR's printer prints of it (``Capture.ir``, for
 ``loadplan-opt --loadplan-pipeline``). The compiler decides what is direct
 and why the rest falls back.
 """
@@ -147,11 +147,11 @@ class Capture:
             self._ir = self._sink.ir(self._title)
         return self._ir
 
-    def records(self) -> tuple[str, list, list]:
-        """``(text, types, checkpoints)`` as ``_native.compile_records``
-        takes them."""
+    def records(self) -> tuple[list, list, list, list]:
+        """``(declarations, types, strings, checkpoints)`` as
+        ``_native.compile_records`` takes them."""
         with paused_gc():
-            return self._sink.records_for_compiler(self._title)
+            return self._sink.records_for_compiler()
 
 
 def _typed(dtype: torch.dtype, shape) -> str:

@@ -4,6 +4,7 @@ write, grouped by storage, and where a destination tensor lies in them."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -16,18 +17,14 @@ from .. import _ir
 class Target:
     """A parameter or buffer of the live model, as a write destination."""
 
-    index: int  # in the capture's targets, which the IR's symbol names
+    index: int  # in the capture's targets: the IR's @t<index>
     module: str
     tensor: str
     real: torch.Tensor
     owner: torch.nn.Module  # the module that holds it as `tensor`
-    storage: str  # @s<j> in the IR
+    storage: int  # its storage's index: the IR's @s<storage>
     byte_offset: int  # of its first element in its storage
     byte_extent: int  # from its first byte to one past its last
-
-    @property
-    def symbol(self) -> str:
-        return _ir.target_symbol(self.index)
 
     @property
     def qualified_name(self) -> str:
@@ -51,8 +48,8 @@ class Targets:
 
     def __init__(self, model: torch.nn.Module):
         self.targets: list[Target] = []
-        # storage key -> (symbol, size in bytes, targets by byte offset)
-        self.storages: dict[int, tuple[str, int, list[Target]]] = {}
+        # storage key -> (index, size in bytes, targets by byte offset)
+        self.storages: dict[int, tuple[int, int, list[Target]]] = {}
         seen: set[int] = set()
         tensors = itertools.chain(model.named_parameters(), model.named_buffers())
         for name, t in tensors:
@@ -64,8 +61,8 @@ class Targets:
             key = storage_key(t)
             if key not in self.storages:
                 size = t.untyped_storage().nbytes()
-                self.storages[key] = (f"s{len(self.storages)}", size, [])
-            symbol, _, on_storage = self.storages[key]
+                self.storages[key] = (len(self.storages), size, [])
+            storage, _, on_storage = self.storages[key]
             module, _, tensor = name.rpartition(".")
             target = Target(
                 index=len(self.targets),
@@ -73,7 +70,7 @@ class Targets:
                 tensor=tensor,
                 real=t,
                 owner=model.get_submodule(module),
-                storage=symbol,
+                storage=storage,
                 byte_offset=t.storage_offset() * t.element_size(),
                 byte_extent=_byte_extent(t),
             )
@@ -117,16 +114,14 @@ class Targets:
             return chosen, (start - chosen.byte_offset) // size
         return earlier, None
 
-    def ir(self) -> list[str]:
-        lines = []
-        for symbol, size, _ in self.storages.values():
-            lines.append(f"loadplan.storage @{symbol} size {size}")
+    def records(self, string_id: Callable[[str], int],
+                type_id: Callable[[Sequence[int], torch.dtype], int]) -> list[tuple[int, ...]]:
+        """The storage and target records (RecordOps.h), with strings and
+        types as ``string_id`` and ``type_id`` index them."""
+        storage, target = _ir.OP_CODES["storage"], _ir.OP_CODES["target"]
+        out = [(storage, size) for _, size, _ in self.storages.values()]
         for tg in self.targets:
             t = tg.real
-            lines.append(
-                f"loadplan.target @{tg.symbol} module {_ir.string(tg.module)} "
-                f"tensor {_ir.string(tg.tensor)} storage @{tg.storage} "
-                f"byte_offset {tg.byte_offset} stride {_ir.ints(t.stride())} "
-                f": {_ir.tensor_type(t.shape, t.dtype)}"
-            )
-        return lines
+            out.append((target, string_id(tg.module), string_id(tg.tensor), tg.storage,
+                        tg.byte_offset, type_id(tuple(t.shape), t.dtype), *t.stride()))
+        return out

@@ -1,6 +1,6 @@
 """Traces: the data-free stand-ins for incoming checkpoint tensors, and the
-sink that records what a loader does with them as loadplan IR (records for
-the view ops and copies, lines of text for the rest). Which records a view
+sink that records what a loader does with them as records of loadplan IR
+(int tuples, include/loadplan/Records/RecordOps.h). Which records a view
 becomes is the aten view table's (``_native.lower_view``)."""
 
 from __future__ import annotations
@@ -36,35 +36,39 @@ from .targets import Targets, storage_key
 # of its own dtype relative to any target (see Sink._copy).
 ELEMENT_SIZE_REASON = "copies into a destination viewed with another element size"
 
+_CODES = _ir.OP_CODES
+APPLY, CAT, CONSTANT_WRITE = _CODES["apply"], _CODES["cat"], _CODES["constant_write"]
+INPLACE_WRITE, META_FAILURE = _CODES["inplace_write"], _CODES["meta_failure"]
+READ_TARGET, VALUE_READ, WRITE_OTHER = (
+    _CODES["read_target"], _CODES["value_read"], _CODES["write_other"])
 
 
 @dataclass(frozen=True)
 class TargetRead:
-    """A ``read_target`` line, kept only if some name writes its storage:
+    """A ``read_target`` record, kept only if some name writes its storage:
     reading a buffer no checkpoint tensor goes into (an expert map, say) is
     the loader's own business."""
 
-    storage: str
-    line: str
+    storage: int
+    record: tuple[int, ...]
 
 
 class Record:
     """One checkpoint name's block: the ops its traces went through, each a
-    record (an int tuple, include/loadplan/Records/RecordOps.h) or a line of
-    IR text (a ``TargetRead`` until the capture ends). ``text`` says whether
-    any is text."""
+    record (an int tuple, include/loadplan/Records/RecordOps.h), a
+    ``TargetRead`` until the capture ends. ``reads`` says whether any is."""
 
-    __slots__ = ("name", "shape", "dtype", "lines", "text", "_next", "checkpoint")
+    __slots__ = ("name", "shape", "dtype", "lines", "reads", "_next", "checkpoint")
 
     def __init__(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, type_id: int):
         self.name = name
         self.shape = shape
         self.dtype = dtype
-        self.lines: list[str | TargetRead | tuple[int, ...]] = []
-        self.text = False
+        self.lines: list[TargetRead | tuple[int, ...]] = []
+        self.reads = False
         self._next = 0
-        # What _native.compile_records takes for the name, unless it is
-        # text: the records are its lines, which grow in place.
+        # What _native.compile_records takes for the name, unless it read a
+        # target: the records are its lines, which grow in place.
         self.checkpoint = (name, type_id, self.lines)
 
     def fresh(self) -> int:
@@ -77,8 +81,7 @@ class TraceTensor(torch.Tensor):
     """A data-free stand-in for an incoming checkpoint tensor or a view of
     it. ``_meta`` is a meta tensor with the same layout (views of it keep
     torch's storage offsets, which ``as_strided`` needs); ``_num`` is its
-    SSA value in its name's block (-1: the incoming tensor, ``%w``) and
-    ``_value`` that value's name."""
+    value in its name's block (-1: the incoming tensor, ``%w``)."""
 
     _sink: Sink
     _record: Record
@@ -101,10 +104,6 @@ class TraceTensor(torch.Tensor):
         r._num = num
         r._meta = meta
         return r
-
-    @property
-    def _value(self) -> str:
-        return _ir.value_name(self._num)
 
     def __init__(self, *args: Any, **kwargs: Any):
         pass
@@ -158,12 +157,11 @@ def to_meta(a: Any) -> Any:
     return a
 
 
-def elem_type_or_bytes(t: torch.Tensor) -> str:
-    """The IR type of a result without a layout. A dtype the IR lacks is
-    spelt as i8: such a value is only ever a reason, never a write."""
-    if _ir.has_element_type(t.dtype):
-        return _ir.tensor_type(t.shape, t.dtype)
-    return _ir.tensor_type(t.shape, torch.int8)
+def result_dtype(t: torch.Tensor) -> torch.dtype:
+    """The dtype the IR holds a result without a layout in. A dtype the IR
+    lacks is held as int8: such a value is only ever a reason, never a
+    write."""
+    return t.dtype if _ir.has_element_type(t.dtype) else torch.int8
 
 
 class Sink:
@@ -188,9 +186,9 @@ class Sink:
         # op that reads a target is recorded in its block.
         self.current: Record | None = None
         # Constant writes before the first name arrived.
-        self.pending: list[str] = []
+        self.pending: list[tuple[int, ...]] = []
         # Storages a name writes (copy_ or an in-place op from a trace).
-        self.written: set[str] = set()
+        self.written: set[int] = set()
         # The storage keys of every real tensor written (by a name, or by a
         # constant write), and the names that wrote any.
         self.written_keys: set[int] = set()
@@ -199,6 +197,9 @@ class Sink:
         # The records' type table: (shape, dtype code), and its index.
         self.types: list[tuple[tuple[int, ...], int]] = []
         self.type_ids: dict[tuple, int] = {}
+        # The records' string table (op names, reasons, names), and its index.
+        self.strings: list[str] = []
+        self.string_ids: dict[str, int] = {}
 
     # -- names -------------------------------------------------------------
 
@@ -211,7 +212,6 @@ class Sink:
             record = Record(name, shape, dtype, self.type_id(shape, dtype))
             if not self.records and self.pending:
                 record.lines.extend(self.pending)
-                record.text = True
                 self.pending.clear()
             self.records[name] = record
             self.current = record
@@ -229,15 +229,11 @@ class Sink:
                 "load_weights calls, which the load plan does not support"
             )
 
-    def _emit(self, record: Record, line: str) -> None:
-        record.lines.append(line)
-        record.text = True
-
-    def _emit_current(self, line: str) -> None:
+    def _emit_current(self, entry: tuple[int, ...]) -> None:
         if self.current is not None:
-            self._emit(self.current, line)
+            self.current.lines.append(entry)
         else:
-            self.pending.append(line)
+            self.pending.append(entry)
 
     def type_id(self, shape: Sequence[int], dtype: torch.dtype) -> int:
         """The index of (shape, dtype) in this capture's type table."""
@@ -248,27 +244,25 @@ class Sink:
             self.types.append((tuple(shape), _ir.dtype_code(dtype)))
         return found
 
+    def string_id(self, text: str) -> int:
+        """The index of ``text`` in this capture's string table."""
+        found = self.string_ids.get(text)
+        if found is None:
+            found = self.string_ids[text] = len(self.strings)
+            self.strings.append(text)
+        return found
+
     # -- events that stop the loader ----------------------------------------
 
     def value_read(self, trace: TraceTensor, op: str) -> NoReturn:
         self._check_open(trace)
-        t = trace._meta
-        self._emit(
-            trace._record,
-            f"loadplan.value_read {trace._value} op {_ir.string(op)} "
-            f": {_ir.tensor_type(t.shape, t.dtype)}",
-        )
+        trace._record.lines.append((VALUE_READ, trace._num, self.string_id(op)))
         raise Stopped(trace._record.name)
 
     def _meta_failure(self, func: Any, traces: list[TraceTensor], error: Exception):
         record = traces[0]._record
-        own = [t for t in traces if t._record is record]
-        values = ", ".join(t._value for t in own)
-        types = ", ".join(_ir.tensor_type(t.shape, t.dtype) for t in own)
-        self._emit(
-            record,
-            f"loadplan.meta_failure {_ir.string(op_name(func))} ({values}) : {types}",
-        )
+        own = [t._num for t in traces if t._record is record]
+        record.lines.append((META_FAILURE, self.string_id(op_name(func)), *own))
         raise Stopped(record.name) from error
 
     # -- ops on traces -------------------------------------------------------
@@ -373,13 +367,8 @@ class Sink:
                        for t in tensors]
         record = first._record
         value = record.fresh()
-        values = ", ".join(t._value for t in tensors)
-        in_types = ", ".join(_ir.tensor_type(t.shape, t.dtype) for t in tensors)
-        self._emit(
-            record,
-            f"{_ir.value_name(value)} = loadplan.cat ({values}) dim {dim} : ({in_types}) -> "
-            f"{_ir.tensor_type(out.shape, out.dtype)}",
-        )
+        record.lines.append((CAT, value, self.type_id(out.shape, out.dtype), dim,
+                             *(t._num for t in tensors)))
         return self._new(record, value, out)
 
     def _copy(self, dest: torch.Tensor, src: Any, func, args, kwargs) -> torch.Tensor:
@@ -401,46 +390,32 @@ class Sink:
             module, reason = flagged
             self.module_names.setdefault(module, {})[record.name] = None
         if reason is None and offset is not None and _ir.has_element_type(dest.dtype):
-            # A copy the compiler reduces: a record, with no text to format.
+            # A copy the compiler reduces.
             self.written.add(target.storage)
             record.lines.append(
                 (_ir.COPY, src._num, self.type_id(src.shape, src.dtype), target.index,
                  _ir.dtype_code(dest.dtype), offset, *dest.shape, *dest.stride())
             )
             return dest
-        src_type = _ir.tensor_type(src.shape, src.dtype)
-        op = _ir.string(op_name(func))
+        op = self.string_id(op_name(func))
         if reason is not None:
             # A tensor the caller says must be loaded by load_weights: the
             # name falls back with the caller's reason.
-            self._emit(
-                record,
-                f"loadplan.apply {op} ({src._value}) "
-                f"{{reason = {_ir.string(reason)}}} : ({src_type}) -> ()",
-            )
+            record.lines.append((APPLY, op, self.string_id(reason), 1, src._num, 0))
             if target is None:
-                self._emit(record, f"loadplan.write_other {op} ({src._value}) : {src_type}")
+                record.lines.append((WRITE_OTHER, op, src._num))
             else:
                 self.written.add(target.storage)
-                self._emit(record, f"loadplan.inplace_write {op} ({src._value}) into "
-                                   f"@{target.symbol} : {src_type}")
+                record.lines.append((INPLACE_WRITE, op, target.index, src._num))
             return dest
         if target is None or not _ir.has_element_type(dest.dtype):
-            self._emit(record, f"loadplan.write_other {op} ({src._value}) : {src_type}")
+            record.lines.append((WRITE_OTHER, op, src._num))
             return dest
         # The IR holds destinations in elements of their own dtype from a
         # target's first byte; this one has no such offset.
         self.written.add(target.storage)
-        self._emit(
-            record,
-            f"loadplan.apply {op} ({src._value}) "
-            f"{{reason = {_ir.string(ELEMENT_SIZE_REASON)}}} : ({src_type}) -> ()",
-        )
-        self._emit(
-            record,
-            f"loadplan.inplace_write {op} ({src._value}) into @{target.symbol} "
-            f": {src_type}",
-        )
+        record.lines.append((APPLY, op, self.string_id(ELEMENT_SIZE_REASON), 1, src._num, 0))
+        record.lines.append((INPLACE_WRITE, op, target.index, src._num))
         return dest
 
     def apply(self, func, args: tuple, kwargs: dict, traces: list) -> Any:
@@ -459,9 +434,9 @@ class Sink:
             self._meta_failure(func, traces, e)
         originals = {id(m): a for m, a in zip(meta_flat, flat) if isinstance(a, torch.Tensor)}
 
-        op = _ir.string(op_name(func))
-        values = ", ".join(t._value for t in own)
-        in_types = ", ".join(_ir.tensor_type(t.shape, t.dtype) for t in own)
+        op = self.string_id(op_name(func))
+        values = [t._num for t in own]
+        name_ids = [self.string_id(n) for n in names]
         written = [
             v
             for _, value in written_args(func, args, kwargs)
@@ -472,11 +447,8 @@ class Sink:
             # Writes a real tensor from a trace: the write happens on meta
             # only, and the name falls back.
             if names:
-                self._emit(
-                    record,
-                    f"loadplan.apply {op} ({values}) {{names = {_ir.string_array(names)}}} "
-                    f": ({in_types}) -> ()",
-                )
+                record.lines.append((APPLY, op, -1, len(values), *values,
+                                     len(name_ids), *name_ids))
             for real in written:
                 key = storage_key(real)
                 self.written_keys.add(key)
@@ -484,13 +456,11 @@ class Sink:
                 if (flagged := self.fallback_storages.get(key)) is not None:
                     self.module_names.setdefault(flagged[0], {})[record.name] = None
                 target, _ = self.targets.locate(real)
-                into = ""
+                into = -1
                 if target is not None:
-                    into = f" into @{target.symbol}"
+                    into = target.index
                     self.written.add(target.storage)
-                self._emit(
-                    record, f"loadplan.inplace_write {op} ({values}){into} : {in_types}"
-                )
+                record.lines.append((INPLACE_WRITE, op, into, *values))
 
         # Tensor results: new traces, or a trace written in place, which
         # gets the result as its new value.
@@ -508,19 +478,15 @@ class Sink:
             results.append((len(wrapped), o))
             wrapped.append(original)
         result_values = [record.fresh() for _ in results]
-        attrs = []
-        if names and not written:
-            attrs.append(f"names = {_ir.string_array(names)}")
-        attr_text = f" {{{', '.join(attrs)}}}" if attrs else ""
         if results or not written:
-            out_types = ", ".join(elem_type_or_bytes(o) for _, o in results)
-            if len(results) != 1:
-                out_types = f"({out_types})"
-            lhs = f"{', '.join(map(_ir.value_name, result_values))} = " if results else ""
-            self._emit(
-                record,
-                f"{lhs}loadplan.apply {op} ({values}){attr_text} : ({in_types}) -> {out_types}",
-            )
+            entry = [APPLY, op, -1, len(values), *values]
+            if names and not written:
+                entry += [len(name_ids), *name_ids]
+            else:
+                entry.append(0)
+            for (_, o), value in zip(results, result_values):
+                entry += [value, self.type_id(o.shape, result_dtype(o))]
+            record.lines.append(tuple(entry))
         for (k, o), value in zip(results, result_values):
             if isinstance(wrapped[k], TraceTensor):
                 wrapped[k]._num = value  # written in place: a new value
@@ -558,11 +524,9 @@ class Sink:
             on_storage = self.targets.on_storage(a)
             if on_storage and on_storage[0].storage not in seen:
                 seen.add(on_storage[0].storage)
-                line = (
-                    f"loadplan.read_target @{on_storage[0].symbol} "
-                    f"op {_ir.string(op_name(func))}"
-                )
-                self._emit(self.current, TargetRead(on_storage[0].storage, line))
+                read = (READ_TARGET, on_storage[0].index, self.string_id(op_name(func)))
+                self.current.lines.append(TargetRead(on_storage[0].storage, read))
+                self.current.reads = True
 
     def constant_write(self, func: Any, dest: torch.Tensor) -> None:
         if not isinstance(dest, torch.Tensor):
@@ -573,30 +537,27 @@ class Sink:
         target, offset = self.targets.locate(dest)
         if target is None or offset is None:
             return  # only coverage needs it
-        self._emit_current(
-            f"loadplan.constant_write {_ir.string(op_name(func))} @{target.symbol} "
-            f"{_ir.layout(offset, dest.shape, dest.stride())} "
-            f"as {_ir.element_type(dest.dtype)}"
-        )
+        self._emit_current((CONSTANT_WRITE, self.string_id(op_name(func)), target.index,
+                            _ir.dtype_code(dest.dtype), offset, *dest.shape, *dest.stride()))
 
     # -- the IR --------------------------------------------------------------
 
-    def _items(self, record: Record) -> list[tuple[int, ...] | str]:
-        """A block with text, as compile_records takes it: its records and
-        lines, with the reads of targets no name writes left out."""
-        return [line.line if isinstance(line, TargetRead) else line
+    def _items(self, record: Record) -> list[tuple[int, ...]]:
+        """A block that read a target, as compile_records takes it: its
+        records, with the reads of targets no name writes left out."""
+        return [line.record if isinstance(line, TargetRead) else line
                 for line in record.lines
                 if not isinstance(line, TargetRead) or line.storage in self.written]
 
-    def records_for_compiler(self, title: str) -> tuple[str, list, list]:
-        """What ``_native.compile_records`` takes: the text of the storages
-        and the targets; the type table; and per name in arrival order
-        ``(name, type, ops)``, its records and lines of text."""
+    def records_for_compiler(self) -> tuple[list, list, list, list]:
+        """What ``_native.compile_records`` takes: the records of the
+        storages and the targets; the type table; the string table; and per
+        name in arrival order ``(name, type, ops)``, its records."""
         records = self.records
         # Nearly every name is a record's own tuple; the rest are looked at
         # again below.
         checkpoints: list[tuple | None] = [
-            record.checkpoint if (record := records.get(name)) is not None and not record.text
+            record.checkpoint if (record := records.get(name)) is not None and not record.reads
             else None
             for name in self.metas]
         names = list(self.metas)
@@ -608,12 +569,10 @@ class Sink:
                 checkpoints[index] = (name, self.type_id(tuple(meta.shape), meta.dtype), ())
             else:
                 checkpoints[index] = (name, record.checkpoint[1], self._items(record))
-        lines = [f"// {title}", "module {"]
-        lines += [f"  {line}" for line in self.targets.ir()]
-        lines.append("}")
-        return "\n".join(lines) + "\n", self.types, checkpoints
+        declarations = self.targets.records(self.string_id, self.type_id)
+        return declarations, self.types, self.strings, checkpoints
 
     def ir(self, title: str) -> str:
         """The whole capture as IR text: the module its records build, as
-        MLIR prints it."""
-        return f"// {title}\n" + _native.records_ir(*self.records_for_compiler(title))
+        MLIR prints it, below the title."""
+        return f"// {title}\n" + _native.records_ir(*self.records_for_compiler())
