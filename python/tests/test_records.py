@@ -301,3 +301,137 @@ def test_lower_view_reads_a_calls_arguments_by_position_or_name():
     view = _native.ATEN_VIEWS.index("aten.view")
     assert _native.lower_view(view, w, w.view(torch.int16), (w, torch.int16), {}) is None
 
+
+def events_model(loader_model):
+    """One name for each op that is no view: its records, and the IR text
+    MLIR prints of them."""
+    def load(m, name, w):
+        if name == "value":
+            w.tolist()
+        elif name == "meta":
+            w.nonzero()
+        elif name == "cat":
+            m.p.copy_(torch.cat([w[2:], w[:2]]))
+        elif name == "keep":
+            m.kept = w
+            m.q.copy_(w)
+        elif name == "combine":
+            m.r.copy_(w + m.kept)
+        elif name == "inplace":
+            m.p.add_(w)
+        elif name == "other":
+            torch.zeros(4, dtype=BF16).copy_(w)
+        elif name == "read":
+            m.q.copy_(w)
+            m.p.sum()
+        elif name == "zero":
+            m.r.zero_()
+        elif name == "hand":
+            m.sub.s.copy_(w)
+
+    model = loader_model({n: ((4,), BF16) for n in "pqr"}, load)
+    model.add_module("sub", loader_model({"s": ((4,), BF16)}, load))
+    return model
+
+
+EVENT_NAMES = ("value", "meta", "cat", "keep", "combine", "inplace", "other", "read",
+               "zero", "hand")
+
+
+def _events(loader_model):
+    metas = [ParamMeta(n, (4,), BF16) for n in EVENT_NAMES]
+    return capture(events_model(loader_model), metas,
+                   fallback_modules={"sub": "loaded by hand"})
+
+
+def test_every_event_record_builds_what_its_text_parses_to(loader_model):
+    captured = _events(loader_model)
+    declarations, types, strings, checkpoints = captured.records()
+    used = {_ir.RECORD_OPS[op[0]] for _, _, ops in checkpoints for op in ops}
+    events = set(_ir.RECORD_OPS[_ir.COPY:]) - {"storage", "target"}
+    assert events <= used, events - used
+    assert {"aten.add.Tensor", "aten.copy_", "tolist", "keep",
+            "loaded by hand", "sub", "s"} <= set(strings)
+    ir = captured.ir
+    for line in [
+        'loadplan.value_read %w op "tolist" : tensor<4xbf16>',
+        'loadplan.meta_failure "aten.nonzero"(%w) : tensor<4xbf16>',
+        "= loadplan.cat(%0, %1) dim 0 : (tensor<2xbf16>, tensor<2xbf16>) -> tensor<4xbf16>",
+        '= loadplan.apply "aten.add.Tensor"(%w) {names = ["keep"]} : '
+        "(tensor<4xbf16>) -> tensor<4xbf16>",
+        'loadplan.inplace_write "aten.add_.Tensor"(%w) into @t0 : tensor<4xbf16>',
+        'loadplan.write_other "aten.copy_"(%w) : tensor<4xbf16>',
+        'loadplan.read_target @t0 op "aten.sum"',
+        'loadplan.constant_write "aten.zero_" @t2 '
+        "<offset = 0, shape = [4], stride = [1]> as bf16",
+        'loadplan.apply "aten.copy_"(%w) {reason = "loaded by hand"} : '
+        "(tensor<4xbf16>) -> ()",
+        'loadplan.inplace_write "aten.copy_"(%w) into @t3 : tensor<4xbf16>',
+        'loadplan.target @t3 module "sub" tensor "s" storage @s3 byte_offset 0 stride [1] '
+        ": tensor<4xbf16>",
+    ]:
+        assert line in ir, line
+    from_records = compile_capture(captured, print_json=True)
+    from_text = compile_ir(ir)
+    assert from_records["plan"] == from_text["plan"]
+    assert from_records["json"] == from_text["json"]
+
+
+def test_bad_event_and_declaration_records_are_refused_with_a_reason(loader_model):
+    decls, types, strings, cks = _records(loader_model)
+    code = _ir.OP_CODES
+    name, type_, ops = cks[0]
+
+    def refused_op(op, match):
+        _refused(decls, types, strings, [[name, type_, [op]]] + cks[1:], match)
+
+    n = len(strings)
+    refused_op((code["value_read"], -1, 999), f"string 999 is not in the table of {n}")
+    refused_op((code["value_read"], -1, -2), f"string -2 is not in the table of {n}")
+    refused_op((code["value_read"], -1), "value_read has 1 fields, not 2")
+    refused_op((code["value_read"], 3, 0), "value 3 is not defined before its use")
+    refused_op((code["read_target"], 55, 0), "target 55 is not declared")
+    refused_op((code["constant_write"], 0, 0, _ir.dtype_code(BF16), 0, 4),
+               "constant_write has 5 fields, not 4")
+    refused_op((code["constant_write"], 0, 0, 999, 0, 4, 1),
+               "no element type for dtype code 999")
+    refused_op((code["inplace_write"], 0, -5, -1), "target -5 is not declared")
+    refused_op((code["apply"], 0, -1, 5, -1), "apply's lists overrun its fields")
+    refused_op((code["apply"], 0, -1, 1, -1, 3, 0), "apply's lists overrun its fields")
+    refused_op((code["apply"], 0, 77, 1, -1, 0), "string 77 is not in the table")
+    refused_op((code["apply"], 0, -1, 1, -1, 0, 4, 0), "value 4 defined out of order")
+    refused_op((code["apply"], 0, -1, 1, -1, 0, 0), "results are not pairs")
+    refused_op((code["cat"], 1, 0, 0, -1), "value 1 defined out of order")
+    refused_op((code["storage"], 64), "a storage declaration inside a checkpoint")
+
+    def refused_declarations(bad, match):
+        _refused(bad, types, strings, cks, match)
+
+    target = list(decls[-1])
+    refused_declarations(decls[:-1] + [tuple(target[:3])], "target has 2 fields, not 5")
+    target[3] = 9
+    refused_declarations(decls[:-1] + [tuple(target)], "storage 9 is not declared")
+    target = list(decls[-1])
+    target[1] = 10_000
+    refused_declarations(decls[:-1] + [tuple(target)], "string 10000 is not in the table")
+    target = list(decls[-1])
+    target[5] = 10_000
+    refused_declarations(decls[:-1] + [tuple(target)], "type 10000 is not in the table")
+    refused_declarations(decls + [(code["value_read"], -1, 0)], "is no declaration")
+    refused_declarations(decls + [(99, 0)], "op code 99 is no declaration")
+    refused_declarations(decls + [(code["storage"],)], "storage has 0 fields, not 1")
+    _refused(decls, types, strings + [3], cks, "a string is not a str")
+    _refused(decls, types, "abc", cks, "strings is not a tuple or list")
+
+
+def test_a_bad_declaration_is_reported_at_its_line(loader_model):
+    """The storages and targets are at the lines MLIR prints them on below
+    the title line, as in the IR text a capture dumps."""
+    decls, types, strings, cks = _records(loader_model)
+    target = list(decls[-1])
+    target[3] = 9
+    with pytest.raises(_native.CompileError) as refused:
+        _native.compile_records(decls[:-1] + [tuple(target)], types, strings, cks,
+                                source_name="dumped.mlir")
+    line = 3 + len(decls) - 1
+    assert refused.value.diagnostics[0].startswith(f"dumped.mlir:{line}:3: error: ")
