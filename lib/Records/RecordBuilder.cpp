@@ -364,29 +364,22 @@ LogicalResult RecordBuilder::buildEvent(RecordOp op, ArrayRef<int64_t> fields,
         return failure();
       reason = *r;
     }
-    ArrayRef<int64_t> rest = fields.drop_front(2);
-    auto list = [&](ArrayRef<int64_t> &from) -> FailureOr<ArrayRef<int64_t>> {
+    // Each list is its length, then its items; the results follow.
+    auto takeList = [](ArrayRef<int64_t> &from, ArrayRef<int64_t> &items) {
       if (from.empty() || from[0] < 0 ||
           static_cast<uint64_t>(from[0]) >= from.size())
-        return emitError(loc) << "records: apply's lists overrun its fields";
-      ArrayRef<int64_t> items = from.slice(1, from[0]);
+        return false;
+      items = from.slice(1, from[0]);
       from = from.drop_front(1 + from[0]);
-      return items;
+      return true;
     };
-    FailureOr<ArrayRef<int64_t>> inputIds = list(rest);
-    if (failed(inputIds))
-      return failure();
-    if (rest.empty())
+    ArrayRef<int64_t> inputIds, nameIds, results = fields.drop_front(2);
+    if (!takeList(results, inputIds) || !takeList(results, nameIds))
       return emitError(loc) << "records: apply's lists overrun its fields";
-    // The last list may end the record.
-    if (rest[0] < 0 || static_cast<uint64_t>(rest[0]) > rest.size() - 1)
-      return emitError(loc) << "records: apply's lists overrun its fields";
-    ArrayRef<int64_t> nameIds = rest.slice(1, rest[0]);
-    ArrayRef<int64_t> results = rest.drop_front(1 + rest[0]);
     if (results.size() % 2)
       return emitError(loc) << "records: apply's results are not pairs of "
                                "a value and a type";
-    FailureOr<SmallVector<Value>> inputs = valueList(*inputIds, loc);
+    FailureOr<SmallVector<Value>> inputs = valueList(inputIds, loc);
     if (failed(inputs))
       return failure();
     SmallVector<Attribute> names;
