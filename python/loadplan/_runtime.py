@@ -52,7 +52,36 @@ for _code in range(1, _native.DTYPE_COUNT):
     if isinstance(_dtype, torch.dtype):
         DTYPE_CODES[_dtype] = _code
 DTYPES: dict[int, torch.dtype] = {c: d for d, c in DTYPE_CODES.items()}
-_native.set_torch_types(torch.Tensor, torch.strided, DTYPE_CODES)
+
+def _torch_reader():
+    """loadplan._torch_read's table: tensors read through torch's C++ API
+    (built against the torch the build found). None where it is not built
+    or does not load against this torch (LOADPLAN_TORCH_READ=0 also turns
+    it off): the checks then read torch's Python properties, about a
+    microsecond a tensor slower."""
+    if os.environ.get("LOADPLAN_TORCH_READ", "1") == "0":
+        return None
+    try:
+        from . import _torch_read
+    except ImportError:
+        return None
+    return _torch_read.API
+
+
+_TORCH_READER = _torch_reader()
+_native.set_torch_types(torch.Tensor, torch.strided, DTYPE_CODES, _TORCH_READER)
+TORCH_READ: bool = _TORCH_READER is not None
+"""Whether tensors are read through torch's C++ API (loadplan._torch_read)."""
+
+
+def use_torch_read(on: bool) -> bool:
+    """Reads tensors through torch's C++ API (``on``, where it loaded) or
+    through torch's Python properties; returns whether it did before. For
+    tests, which check that both reads agree."""
+    before = _native.torch_read_loaded()
+    _native.set_torch_types(torch.Tensor, torch.strided, DTYPE_CODES,
+                            _TORCH_READER if on else None)
+    return before
 
 KINDS: tuple[str, ...] = tuple(_native.KIND_NAMES)
 """The kinds of a plan's names, by code: ("direct", "fallback", "unneeded"),

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Runtime.h"
+#include "TorchRead.h"
 
 #include "loadplan/runtime.h"
 
@@ -56,19 +57,49 @@ void loadplan_python::defineRuntime(nb::module_ &m) {
 
   m.def(
       "set_torch_types",
-      [](nb::object tensorType, nb::object strided, nb::dict dtypeCodes) {
+      [](nb::object tensorType, nb::object strided, nb::dict dtypeCodes, nb::object reader) {
         TorchTypes &t = torchTypes();
         t.tensorType = tensorType;
         t.strided = strided;
         t.dtypeCodes.clear();
+        t.reader = nullptr;
+        t.scalarCodes.clear();
+        if (!reader.is_none()) {
+          auto *api = static_cast<const TorchReadApi *>(
+              PyCapsule_GetPointer(reader.ptr(), kTorchReadCapsule));
+          if (!api)
+            throw nb::python_error();
+          if (api->version != kTorchReadVersion)
+            throw nb::value_error("load plan: loadplan._torch_read is of another build");
+          t.reader = api;
+        }
         for (auto [dtype, code] : dtypeCodes) {
           Py_INCREF(dtype.ptr()); // held for the process, as torch holds it
           t.dtypeCodes[dtype.ptr()] = nb::cast<uint32_t>(code);
+          int32_t scalar = -1;
+          if (t.reader) {
+            // The dtype's ScalarType, as a read of an empty tensor of it says.
+            nb::object sample = nb::module_::import_("torch").attr("empty")(
+                0, nb::arg("dtype") = dtype, nb::arg("device") = "meta");
+            TensorFacts facts;
+            if (t.reader->read(sample.ptr(), &facts) == 1)
+              scalar = facts.scalarType;
+          }
+          if (scalar >= 0) {
+            if (t.scalarCodes.size() <= size_t(scalar))
+              t.scalarCodes.resize(size_t(scalar) + 1, 0);
+            t.scalarCodes[size_t(scalar)] = nb::cast<uint32_t>(code);
+          }
         }
       },
       nb::arg("tensor_type"), nb::arg("strided"), nb::arg("dtype_codes"),
-      "The torch objects Binding.check_update compares with.");
+      nb::arg("reader") = nb::none(),
+      "The torch objects the update checks compare with; ``reader``: "
+      "loadplan._torch_read.API, to read tensors through torch's C++ API.");
 
+  m.def(
+      "torch_read_loaded", []() { return torchTypes().reader != nullptr; },
+      "Whether set_torch_types was given loadplan._torch_read's table.");
   m.def(
       "dtype_name", [](uint32_t code) { return loadplan_dtype_name(code); },
       nb::arg("code"), "torch's name of a plan dtype code ('invalid' if none)");

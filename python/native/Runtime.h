@@ -22,12 +22,18 @@
 
 namespace loadplan_python {
 
+struct TorchReadApi;
+
 /// The torch objects the fast update paths compare with (set once, by
 /// loadplan._runtime at import): the tensor type, torch.strided, and each
 /// torch.dtype's plan code. torch's dtypes and layouts are singletons.
 struct TorchTypes {
   nanobind::object tensorType, strided;
   std::unordered_map<PyObject *, uint32_t> dtypeCodes;
+  /// loadplan._torch_read's table, when it is loaded (TorchRead.h), and
+  /// the plan code of each torch ScalarType code it reads (0: none).
+  const TorchReadApi *reader = nullptr;
+  std::vector<uint32_t> scalarCodes;
 };
 TorchTypes &torchTypes();
 

@@ -3,9 +3,11 @@
 #include "TorchTensor.h"
 
 #include "Runtime.h"
+#include "TorchRead.h"
 
 #include "loadplan/runtime.h"
 
+#include <algorithm>
 #include <string>
 
 namespace nb = nanobind;
@@ -101,6 +103,24 @@ bool fail() {
   return false;
 }
 
+/// Reads `t` through loadplan._torch_read when it is loaded and `t`'s type
+/// finds torch.Tensor's properties (a subclass that redefines them says
+/// what it is through them). False: read the properties instead.
+bool readFacts(PyObject *t, TensorFacts &facts) {
+  const TorchTypes &torch = torchTypes();
+  return torch.reader &&
+         PyObject_TypeCheck(t, reinterpret_cast<PyTypeObject *>(torch.tensorType.ptr())) &&
+         getters().direct(Py_TYPE(t)) && torch.reader->read(t, &facts) == 1;
+}
+
+/// The plan code of a fact's ScalarType; 0 for none.
+uint32_t planCode(const TensorFacts &facts) {
+  const std::vector<uint32_t> &codes = torchTypes().scalarCodes;
+  return facts.scalarType >= 0 && size_t(facts.scalarType) < codes.size()
+             ? codes[size_t(facts.scalarType)]
+             : 0;
+}
+
 } // namespace
 
 bool loadplan_python::tensorMatches(PyObject *t, uint32_t dtype, const int64_t *shape,
@@ -112,6 +132,12 @@ bool loadplan_python::tensorMatches(PyObject *t, uint32_t dtype, const int64_t *
   if (!PyObject_TypeCheck(t, tensorType))
     return false;
   getters().resolve(tensorType);
+  if (TensorFacts facts; readFacts(t, facts)) {
+    // forLoader: strided (a read is) and not on the meta device.
+    if (planCode(facts) != dtype || facts.rank != rank || (forLoader && facts.meta))
+      return false;
+    return std::equal(shape, shape + rank, facts.sizes);
+  }
   nb::object d = property(t, kDtype), s = property(t, kShape);
   if (!d.is_valid() || !s.is_valid())
     return fail();
@@ -137,6 +163,10 @@ const void *loadplan_python::tensorData(PyObject *t, uint32_t deviceType, int32_
                     isContiguous = tensorMethod(attrName("is_contiguous")),
                     contiguousOf = tensorMethod(attrName("contiguous")),
                     dataPtr = tensorMethod(attrName("data_ptr"));
+  if (TensorFacts facts; readFacts(t, facts) && facts.contiguous && facts.data &&
+                          facts.deviceType == deviceType &&
+                          (deviceType == LOADPLAN_DEVICE_CPU || facts.deviceIndex == deviceIndex))
+    return facts.data;
   bool cpu = deviceType == LOADPLAN_DEVICE_CPU;
   nb::object here = property(t, cpu ? kIsCpu : kIsCuda);
   if (!here.is_valid() || here.ptr() != Py_True)

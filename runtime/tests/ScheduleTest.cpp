@@ -194,6 +194,8 @@ protected:
       decl.senders.push_back({int32_t(s), 0, {}});
   }
 
+  void setUpFullStaged(uint64_t cap);
+
   uint64_t needed() const {
     uint64_t n = 0;
     for (const PlanPtr &p : handles)
@@ -537,13 +539,19 @@ TEST_F(ScheduleBuild, JoinedPiecesThatLineUpArriveInPlace) {
   }
 }
 
-TEST_F(ScheduleBuild, OverlappingRoundsUseHalfTheCapEach) {
+/// One sender holding everything to two receivers that stage every
+/// receive (full broadcast), every rank's staging capped at `cap`.
+void ScheduleBuild::setUpFullStaged(uint64_t cap) {
   setUp(1, 2);
-  decl.engine = LOADPLAN_ENGINE_FULL; // every receive staged
+  decl.engine = LOADPLAN_ENGINE_FULL;
   decl.senders[0].holdings = shardsOf(decl.tensors, 1, 0);
   for (ReceiverDecl &r : decl.receivers)
-    r.cap = 256;
-  decl.senders[0].cap = 256;
+    r.cap = cap;
+  decl.senders[0].cap = cap;
+}
+
+TEST_F(ScheduleBuild, OverlappingRoundsUseHalfTheCapEach) {
+  setUpFullStaged(256);
   SchedulePtr s = decl.make();
   const loadplan::transfer::Schedule &sched = *s->schedule;
   ASSERT_TRUE(sched.overlaps());
@@ -572,6 +580,46 @@ TEST_F(ScheduleBuild, OverlappingRoundsUseHalfTheCapEach) {
   decl.receivers[0].cap = 64;
   EXPECT_FALSE(decl.make()->schedule->overlaps());
   EXPECT_NE(summaryOf(inTurn.get()).fingerprint, summaryOf(s.get()).fingerprint);
+}
+
+TEST_F(ScheduleBuild, AFileThatUsesStagingTwiceAtOnceIsRefused) {
+  using loadplan::transfer::Schedule;
+  setUpFullStaged(1024);
+  decl.joinBelow = 1; // each piece a message of its own
+  SchedulePtr made = decl.make();
+  const Schedule &good = *made->schedule;
+  ASSERT_TRUE(good.overlaps());
+  // Receiver 0's staged pieces that are a message alone, by round.
+  std::map<uint32_t, std::vector<size_t>> alone;
+  for (size_t i = 0; i < good.pieces.size(); ++i) {
+    const auto &p = good.pieces[i];
+    bool joinedNext = i + 1 < good.pieces.size() &&
+                      (good.pieces[i + 1].flags & LOADPLAN_PIECE_JOINED);
+    if (p.receiver == 0 && (p.flags & LOADPLAN_PIECE_STAGED) &&
+        !(p.flags & LOADPLAN_PIECE_JOINED) && !joinedNext)
+      alone[p.round].push_back(i);
+  }
+  ASSERT_GE(alone[0].size(), 2u);
+  ASSERT_GE(alone[1].size(), 1u);
+  auto refused = [&](size_t moved, size_t onto) {
+    Schedule bad = good;
+    bad.pieces[moved].recvOffset = bad.pieces[onto].recvOffset;
+    loadplan::transfer::serializeSchedule(bad);
+    loadplan_schedule_t *raw = nullptr;
+    loadplan_status_t status = loadplan_schedule_open_bytes(bad.bytes.data(),
+                                                             bad.bytes.size(), &raw);
+    loadplan_schedule_release(raw);
+    return isError(status, LOADPLAN_STATUS_INVALID_PLAN,
+                   "share bytes of receiver 0's staging, which both use at once");
+  };
+  // Two pieces of one round in one slot; a piece of round 1 in round 0's
+  // slot, which is scattered while round 1 arrives.
+  EXPECT_TRUE(refused(alone[0][1], alone[0][0]));
+  EXPECT_TRUE(refused(alone[1][0], alone[0][0]));
+  // As built, the file opens.
+  loadplan_schedule_t *raw = nullptr;
+  EXPECT_TRUE(isOk(loadplan_schedule_open_bytes(good.bytes.data(), good.bytes.size(), &raw)));
+  loadplan_schedule_release(raw);
 }
 
 //===----------------------------------------------------------------------===//

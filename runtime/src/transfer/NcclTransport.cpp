@@ -236,14 +236,15 @@ public:
         errors[peer] = error;
   }
 
-  void checkMemory(const void *data, const std::string &what) override {
+  void checkMemory(const void *data,
+                   const std::function<std::string()> &what) override {
     cudaPointerAttributes a;
     checkCuda(cudaPointerGetAttributes(&a, data), "cudaPointerGetAttributes");
     if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
-      fail(LOADPLAN_STATUS_INVALID_UPDATE, what,
+      fail(LOADPLAN_STATUS_INVALID_UPDATE, what(),
            " is not CUDA device memory; NCCL sends from the device");
     if (a.type == cudaMemoryTypeDevice && a.device != deviceIndex)
-      fail(LOADPLAN_STATUS_INVALID_UPDATE, what, " is on CUDA device ",
+      fail(LOADPLAN_STATUS_INVALID_UPDATE, what(), " is on CUDA device ",
            a.device, " but the communicator is on device ", deviceIndex);
   }
 

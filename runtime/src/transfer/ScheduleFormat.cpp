@@ -11,7 +11,9 @@
 #include "../Status.h"
 #include "loadplan/format/ByteIO.h"
 
+#include <algorithm>
 #include <cstring>
+#include <tuple>
 #include <unordered_set>
 
 using namespace loadplan;
@@ -235,6 +237,74 @@ void checkJoined(const Schedule &s, const Piece &p, const std::string &label) {
     invalid(concat(label, ": it is joined but its receive offset ",
                    p.recvOffset, " does not follow the piece before it (",
                    after, ")"));
+}
+
+/// Where piece `piece` uses a rank's staging in round `round`.
+struct StagingUse {
+  uint64_t begin, end;
+  uint32_t round;
+  uint64_t piece;
+};
+
+/// Refuses two uses in `uses` (of one rank's staging, `who`) that share
+/// bytes. Of a start-sorted list of ranges, some two that overlap are
+/// next to each other.
+void checkApart(std::vector<StagingUse> &uses, const std::string &who) {
+  std::sort(uses.begin(), uses.end(), [](const StagingUse &a, const StagingUse &b) {
+    return std::tie(a.begin, a.end, a.piece) < std::tie(b.begin, b.end, b.piece);
+  });
+  for (size_t k = 1; k < uses.size(); ++k)
+    if (uses[k - 1].end > uses[k].begin)
+      invalid(concat("pieces ", uses[k - 1].piece, " and ", uses[k].piece,
+                     " (rounds ", uses[k - 1].round, " and ", uses[k].round,
+                     ") share bytes of ", who,
+                     "'s staging, which both use at once"));
+}
+
+/// The staging a rank uses at once is apart: the pieces of one round; with
+/// overlap, those of two consecutive rounds (one is packed or scattered
+/// while the other is in flight); on an atomic receiver, every piece (its
+/// staging keeps the whole update). The engine writes staging where the
+/// schedule says: a schedule that reused bytes still in use would mix up
+/// two pieces' bytes.
+void checkStagingApart(const Schedule &s) {
+  std::vector<std::vector<StagingUse>> send(s.senders.size()), recv(s.receivers.size());
+  for (uint64_t i = 0; i < s.pieces.size(); ++i) {
+    const Piece &p = s.pieces[i];
+    uint64_t bytes = s.pieceBytes(p);
+    if (p.flags & LOADPLAN_PIECE_PACKED)
+      send[p.sender].push_back({p.sendOffset, p.sendOffset + bytes, p.round, i});
+    if (p.flags & LOADPLAN_PIECE_STAGED)
+      recv[p.receiver].push_back({p.recvOffset, p.recvOffset + bytes, p.round, i});
+  }
+  auto byRounds = [&](std::vector<StagingUse> &uses, const std::string &who) {
+    // Grouped by round (pieces come in round order), then each round alone
+    // or, with overlap, with the round after it.
+    std::stable_sort(uses.begin(), uses.end(), [](const StagingUse &a, const StagingUse &b) {
+      return a.round < b.round;
+    });
+    size_t begin = 0;
+    while (begin < uses.size()) {
+      size_t end = begin;
+      while (end < uses.size() && uses[end].round == uses[begin].round)
+        ++end;
+      size_t next = end;
+      if (s.overlaps())
+        while (next < uses.size() && uses[next].round == uses[begin].round + 1)
+          ++next;
+      std::vector<StagingUse> atOnce(uses.begin() + long(begin), uses.begin() + long(next));
+      checkApart(atOnce, who);
+      begin = end;
+    }
+  };
+  for (size_t i = 0; i < send.size(); ++i)
+    byRounds(send[i], concat("sender ", i));
+  for (size_t i = 0; i < recv.size(); ++i) {
+    if (s.receivers[i].atomic)
+      checkApart(recv[i], concat("receiver ", i));
+    else
+      byRounds(recv[i], concat("receiver ", i));
+  }
 }
 
 void checkBox(const Box &b, const Tensor &t, const std::string &what) {
@@ -464,6 +534,7 @@ std::unique_ptr<Schedule> loadplan::transfer::parseSchedule(const uint8_t *data,
   }
   if (r.left())
     invalid(concat(r.left(), " bytes follow the last piece"));
+  checkStagingApart(*s);
   for (uint64_t i = 0; i < numReceivers; ++i)
     for (size_t k = 0; k < covered[i].size(); ++k)
       if (covered[i][k] != s->receivers[i].needs[k].range.volume())

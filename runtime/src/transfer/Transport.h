@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -103,7 +104,8 @@ public:
 
   /// Throws INVALID_UPDATE when `data` is not memory the transport can
   /// send from (NCCL: memory of its device); `what` names it.
-  virtual void checkMemory(const void *data, const std::string &what) {
+  virtual void checkMemory(const void *data,
+                           const std::function<std::string()> &what) {
     (void)data;
     (void)what;
   }
