@@ -61,6 +61,9 @@ class Spec:
     # The engine serves the fp8 block-quantized checkpoint (tiny.save's
     # fp8); the trainer holds bf16 and quantizes tiny.FP8_WEIGHTS.
     fp8: bool = False
+    # vLLM steered onto GPU weight-processing paths (vllm_steer.profiles),
+    # in every process of the scenario.
+    steer: str = ""
 
 
 def metadata(spec: Spec, variant: str | None = None):
@@ -173,8 +176,12 @@ def _setup_process(spec: Spec) -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     import vllm_tiny as tiny
 
+    import vllm_steer
+
     tiny.use_cpu_platform()
-    tiny.cpu_kernels(spec.moe_prepack, fp8=spec.fp8)
+    tiny.cpu_kernels(spec.moe_prepack,
+                     fp8=spec.fp8 and not vllm_steer.steers_fp8_linears(spec.steer))
+    vllm_steer.apply(spec.steer)
     from vllm.plugins import load_general_plugins
 
     load_general_plugins()  # registers the loadplan backend (entry point)
@@ -282,6 +289,10 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
                 t0 = time.perf_counter()
                 tiny.vllm_reload(ref_config, reference, ws)
                 result = time.perf_counter() - t0
+            elif method == "taken":  # the steered paths, as the model took them
+                import vllm_steer
+
+                result = vllm_steer.taken(spec.steer, model)
             elif method == "compare":
                 result = _compare(model, reference)
             elif method == "digest":
@@ -294,6 +305,7 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
                     "report": plan.report, "processed": list(engine.processed),
                     "traced": bool(plan.ir),
                     "kinds": {n: e.kind for n, e in plan.entries.items()},
+                    "nbytes": {n: e.nbytes for n, e in plan.entries.items()},
                     "reasons": {n: e.reason for n, e in plan.entries.items() if e.reason}}
             elif method == "shutdown":
                 engine.shutdown()
@@ -558,6 +570,33 @@ class Cluster:
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
+
+
+def inexact(cluster: Cluster, round_: int, variant: str | None = None,
+            stale: tuple[str, ...] = ()) -> list[str]:
+    """What is wrong, one line per worker, after update ``round_`` (as
+    declared by ``variant``): every worker's model must equal, byte for
+    byte, one freshly loaded from the round's weights, and vLLM's reload of
+    them wherever that equals the fresh load; a line says which path is
+    wrong. ``stale``: where vLLM's own reload is known to differ from a
+    fresh load (the tensors whose names hold one of these). Empty: exact."""
+    problems = []
+    for rank, c in enumerate(cluster.workers("check", (round_, variant))):
+        where = f"worker {rank}, update {round_}"
+        if c["fresh"]:
+            blame = ("vLLM's own reload equals the fresh load: loadplan's path is wrong"
+                     if not c["references"] else
+                     f"vLLM's own reload differs from the fresh load too, at {c['references'][:4]}")
+            problems.append(f"{where}: loadplan differs from a freshly loaded model at "
+                            f"{c['fresh'][:6]}; {blame}")
+            continue
+        # loadplan equals the fresh load, so where vLLM's reload differs,
+        # vLLM's reload is wrong: only where it is known to be.
+        wrong = [d for d in c["references"] if not any(s in d for s in stale)]
+        if wrong:
+            problems.append(f"{where}: vLLM's own reload is wrong (a fresh load differs) at "
+                            f"{wrong}")
+    return problems
 
 
 @functools.cache
