@@ -72,16 +72,11 @@ def _ok(results: list) -> None:
     assert not errors, errors
 
 
-# Where vLLM's own reload path is known to differ from a fresh load: the
-# tensors whose names hold one of these.
-VLLM_STALE = {"gpt_oss": ("mlp.experts.routed_experts.",)}
-
-
 def _exact(cluster: h.Cluster, round_: int, variant: str | None = None) -> None:
     """Every worker's model equals one freshly loaded from round
     ``round_``'s weights, and vLLM's reload of them wherever that equals
     the fresh load (see ``vllm_harness.inexact``)."""
-    problems = h.inexact(cluster, round_, variant, VLLM_STALE.get(cluster.spec.family, ()))
+    problems = h.inexact(cluster, round_, variant)
     assert not problems, problems[0]
 
 

@@ -34,6 +34,12 @@ not. Profiles:
   experts (Hopper's with expert parallelism): w13's gate and up halves
   swapped, weights and scales, the scales clamped at 1e-10. Also not made:
   the kernel object.
+- ``fi-attn-sinks``: attention layers with sinks (gpt-oss) process them as
+  vLLM's FlashInfer backend does (``FlashInferImpl``'s own
+  ``process_weights_after_loading`` on the CPU backend's object): the
+  kernel reads an fp32 copy of the sinks kept on the backend object, not
+  on any module, made at the first load and copied into on each later
+  one.
 """
 
 from __future__ import annotations
@@ -43,7 +49,8 @@ import os
 
 import torch
 
-PROFILES = ("deepgemm-sm90", "deepgemm-sm100", "fi-trtllm-bf16-moe", "fi-cutlass-fp8-moe")
+PROFILES = ("deepgemm-sm90", "deepgemm-sm100", "fi-trtllm-bf16-moe", "fi-cutlass-fp8-moe",
+            "fi-attn-sinks")
 
 _APPLIED: list[str] = []
 
@@ -82,6 +89,8 @@ def apply(steer: str) -> None:
             _fi_trtllm_bf16_moe()
         elif profile == "fi-cutlass-fp8-moe":
             _fi_cutlass_fp8_moe()
+        elif profile == "fi-attn-sinks":
+            _fi_attn_sinks()
     _APPLIED.append(steer)
 
 
@@ -214,6 +223,24 @@ def _fi_cutlass_fp8_moe() -> None:
     _no_kernel_object(Fp8MoEMethod)
 
 
+def _fi_attn_sinks() -> None:
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
+    from vllm.v1.attention.backends.flashinfer import FlashInferImpl
+
+    init = CPUAttentionBackendImpl.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        # What FlashInferImpl.__init__ keeps: the sinks as the model holds
+        # them; its processing makes the fp32 copy the kernel reads.
+        self._sinks_source = self.sinks
+
+    CPUAttentionBackendImpl.__init__ = __init__
+    CPUAttentionBackendImpl.process_weights_after_loading = \
+        FlashInferImpl.process_weights_after_loading
+
+
 def taken(steer: str, model: torch.nn.Module) -> list[str]:
     """What of ``model`` (built and loaded under ``steer``) shows each
     profile's path taken, one line per profile, e.g.
@@ -228,6 +255,8 @@ def taken(steer: str, model: torch.nn.Module) -> list[str]:
             out += _moe_taken(model, "unquantized_backend", "FLASHINFER_TRTLLM", pad=128)
         elif profile == "fi-cutlass-fp8-moe":
             out += _moe_taken(model, "fp8_backend", "FLASHINFER_CUTLASS")
+        elif profile == "fi-attn-sinks":
+            out += _sinks_taken(model)
     return out
 
 
@@ -296,3 +325,23 @@ def _moe_taken(model: torch.nn.Module, attribute: str, backend: str,
             sizes.add((unpadded, padded))
         line += ", intermediate " + ", ".join(f"{u} padded to {p}" for u, p in sorted(sizes))
     return [line]
+
+
+def _sinks_taken(model: torch.nn.Module) -> list[str]:
+    """Every attention layer with sinks keeps an fp32 copy of them on its
+    backend object, equal to the sinks the model holds."""
+    layers = {}
+    for name, module in model.named_modules():
+        impl = getattr(module, "impl", None)
+        source = getattr(impl, "_sinks_source", None)
+        if source is None:
+            continue
+        if impl.sinks is None or impl.sinks.dtype != torch.float32 or impl.sinks is source:
+            raise AssertionError(f"{name}: no fp32 copy of the sinks on {type(impl).__name__}")
+        if not torch.equal(impl.sinks, source.float()):
+            raise AssertionError(f"{name}: the fp32 sinks differ from the model's")
+        layers[name] = source.dtype
+    if not layers:
+        raise AssertionError("no attention layer with sinks")
+    dtypes = ", ".join(sorted({str(d).removeprefix("torch.") for d in layers.values()}))
+    return [f"fp32 sinks on the attention backend: {len(layers)} layers (from {dtypes})"]
