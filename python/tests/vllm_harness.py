@@ -600,9 +600,11 @@ def inexact(cluster: Cluster, round_: int, variant: str | None = None) -> list[s
     for rank, c in enumerate(cluster.workers("check", (round_, variant))):
         where = f"worker {rank}, update {round_}"
         if c["fresh"]:
-            blame = ("vLLM's own reload equals the fresh load: loadplan's path is wrong"
-                     if not c["references"] else
-                     f"vLLM's own reload differs from the fresh load too, at {c['references'][:4]}")
+            ours = {d.split(": ")[0] for d in c["fresh"]}
+            also = [d for d in c["references"] if d.split(": ")[0] in ours]
+            blame = ("vLLM's own reload equals the fresh load there: loadplan's path is wrong"
+                     if not also else f"vLLM's own reload differs from the fresh load there "
+                     f"too, at {also[:4]}")
             problems.append(f"{where}: loadplan differs from a freshly loaded model at "
                             f"{c['fresh'][:6]}; {blame}")
             continue
