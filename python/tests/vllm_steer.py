@@ -158,8 +158,9 @@ def _no_kernel_object(method_class) -> None:
 
 class _NoKernel:
     """Stands for a MoE kernel object that is not made on the CPU: it has
-    no post-load step of its own (as FlashInfer's experts have none), and
-    running it is an error."""
+    no post-load step of its own (FlashInfer's TRT-LLM bf16 experts have
+    none; its CUTLASS experts' step is for nvfp4 only, and the fp8 MoE
+    method does not call it), and running it is an error."""
 
     class _Experts:
         def process_weights_after_loading(self, layer) -> None:
