@@ -72,28 +72,12 @@ def _ok(results: list) -> None:
     assert not errors, errors
 
 
-# Where vLLM's own reload path is known to differ from a fresh load: the
-# tensors whose names hold one of these.
-VLLM_STALE = {"gpt_oss": ("mlp.experts.routed_experts.",)}
-
-
 def _exact(cluster: h.Cluster, round_: int, variant: str | None = None) -> None:
-    """Every worker's model equals, byte for byte, one freshly loaded from
-    round ``round_``'s weights, and vLLM's reload of them wherever that
-    equals the fresh load; says which path is wrong where one is."""
-    stale = VLLM_STALE.get(cluster.spec.family, ())
-    for rank, c in enumerate(cluster.workers("check", (round_, variant))):
-        where = f"worker {rank}, update {round_}"
-        if c["fresh"]:
-            blame = ("vLLM's own reload equals the fresh load: loadplan's path is wrong"
-                     if not c["references"] else
-                     f"vLLM's own reload differs from the fresh load too, at {c['references'][:4]}")
-            raise AssertionError(f"{where}: loadplan differs from a freshly loaded model at "
-                                 f"{c['fresh'][:6]}; {blame}")
-        # loadplan equals the fresh load, so where vLLM's reload differs,
-        # vLLM's reload is wrong: only where it is known to be.
-        wrong = [d for d in c["references"] if not any(s in d for s in stale)]
-        assert not wrong, f"{where}: vLLM's own reload is wrong (a fresh load differs) at {wrong}"
+    """Every worker's model equals one freshly loaded from round
+    ``round_``'s weights, and vLLM's reload of them wherever that equals
+    the fresh load (see ``vllm_harness.inexact``)."""
+    problems = h.inexact(cluster, round_, variant)
+    assert not problems, problems[0]
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))

@@ -61,6 +61,9 @@ class Spec:
     # The engine serves the fp8 block-quantized checkpoint (tiny.save's
     # fp8); the trainer holds bf16 and quantizes tiny.FP8_WEIGHTS.
     fp8: bool = False
+    # vLLM steered onto GPU weight-processing paths (vllm_steer.profiles),
+    # in every process of the scenario.
+    steer: str = ""
 
 
 def metadata(spec: Spec, variant: str | None = None):
@@ -173,17 +176,31 @@ def _setup_process(spec: Spec) -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     import vllm_tiny as tiny
 
+    import vllm_steer
+
     tiny.use_cpu_platform()
-    tiny.cpu_kernels(spec.moe_prepack, fp8=spec.fp8)
+    tiny.cpu_kernels(spec.moe_prepack,
+                     fp8=spec.fp8 and not vllm_steer.steers_fp8_linears(spec.steer))
+    vllm_steer.apply(spec.steer)
     from vllm.plugins import load_general_plugins
 
     load_general_plugins()  # registers the loadplan backend (entry point)
 
 
 def _tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer, and the tensors an attention layer's
+    backend object keeps (``MODULE#impl.NAME``): kernels read state there
+    that no module holds (FlashInfer's fp32 copy of the sinks)."""
     out = {}
     for name, t in list(model.named_parameters()) + list(model.named_buffers()):
         out.setdefault(name, t)
+    for name, module in model.named_modules():
+        impl = getattr(module, "impl", None)
+        if impl is None or isinstance(impl, torch.nn.Module):
+            continue
+        for attr, value in vars(impl).items():
+            if isinstance(value, torch.Tensor):
+                out.setdefault(f"{name}#impl.{attr}", value)
     return out
 
 
@@ -282,6 +299,10 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
                 t0 = time.perf_counter()
                 tiny.vllm_reload(ref_config, reference, ws)
                 result = time.perf_counter() - t0
+            elif method == "taken":  # the steered paths, as the model took them
+                import vllm_steer
+
+                result = vllm_steer.taken(spec.steer, model)
             elif method == "compare":
                 result = _compare(model, reference)
             elif method == "digest":
@@ -294,6 +315,7 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
                     "report": plan.report, "processed": list(engine.processed),
                     "traced": bool(plan.ir),
                     "kinds": {n: e.kind for n, e in plan.entries.items()},
+                    "nbytes": {n: e.nbytes for n, e in plan.entries.items()},
                     "reasons": {n: e.reason for n, e in plan.entries.items() if e.reason}}
             elif method == "shutdown":
                 engine.shutdown()
@@ -558,6 +580,41 @@ class Cluster:
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
+
+
+# Where vLLM's own reload path is known to differ from a fresh load, by
+# family: the tensors whose names hold one of these (gpt-oss's experts,
+# which its loader writes around the weight loaders vLLM's reload watches).
+VLLM_STALE = {"gpt_oss": ("mlp.experts.routed_experts.",)}
+
+
+def inexact(cluster: Cluster, round_: int, variant: str | None = None) -> list[str]:
+    """What is wrong, one line per worker, after update ``round_`` (as
+    declared by ``variant``): every worker's model must equal, byte for
+    byte, one freshly loaded from the round's weights, and vLLM's reload of
+    them wherever that equals the fresh load; a line says which path is
+    wrong, and vLLM's reload may differ only where ``VLLM_STALE`` says.
+    Empty: exact."""
+    stale = VLLM_STALE.get(cluster.spec.family, ())
+    problems = []
+    for rank, c in enumerate(cluster.workers("check", (round_, variant))):
+        where = f"worker {rank}, update {round_}"
+        if c["fresh"]:
+            ours = {d.split(": ")[0] for d in c["fresh"]}
+            also = [d for d in c["references"] if d.split(": ")[0] in ours]
+            blame = ("vLLM's own reload equals the fresh load there: loadplan's path is wrong"
+                     if not also else f"vLLM's own reload differs from the fresh load there "
+                     f"too, at {also[:4]}")
+            problems.append(f"{where}: loadplan differs from a freshly loaded model at "
+                            f"{c['fresh'][:6]}; {blame}")
+            continue
+        # loadplan equals the fresh load, so where vLLM's reload differs,
+        # vLLM's reload is wrong: only where it is known to be.
+        wrong = [d for d in c["references"] if not any(s in d for s in stale)]
+        if wrong:
+            problems.append(f"{where}: vLLM's own reload is wrong (a fresh load differs) at "
+                            f"{wrong}")
+    return problems
 
 
 @functools.cache

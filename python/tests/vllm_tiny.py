@@ -119,11 +119,11 @@ def hf_config(family: str, *, layers: int = 2, experts: int = 4, hidden: int = 6
         return transformers.Qwen3Config(**common, head_dim=hidden // heads)
     if family == "phi3":  # fused qkv_proj and gate_up_proj in the checkpoint
         return transformers.Phi3Config(**common, pad_token_id=0)
-    if family == "qwen3_moe":
+    if family == "qwen3_moe":  # top-k renormalized, as Qwen3-MoE ships (and FlashInfer takes)
         return transformers.Qwen3MoeConfig(
             **common, head_dim=hidden // heads, moe_intermediate_size=intermediate // 2,
             num_experts=experts, num_experts_per_tok=2, decoder_sparse_step=1,
-            mlp_only_layers=[])
+            mlp_only_layers=[], norm_topk_prob=True)
     if family == "mixtral":
         return transformers.MixtralConfig(**common, num_local_experts=experts,
                                           num_experts_per_tok=2)
@@ -208,9 +208,12 @@ def _quantize_saved(directory: Path) -> None:
     save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
     config_path = directory / "config.json"
     config = json.loads(config_path.read_text())
+    # A MoE router's gate stays bf16, as fp8 MoE checkpoints ship it.
+    ignored = [name.removesuffix(".weight") for name in tensors
+               if name.endswith("mlp.gate.weight")]
     config["quantization_config"] = {
         "quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
-        "weight_block_size": list(FP8_BLOCK)}
+        "weight_block_size": list(FP8_BLOCK), **({"ignored_layers": ignored} if ignored else {})}
     config_path.write_text(json.dumps(config, indent=2))
 
 

@@ -1,0 +1,181 @@
+"""Torch references of the CUDA-only steps in vLLM's post-load processing.
+
+Where vLLM's processing of a layer on a GPU calls a CUDA kernel (a JIT
+extension, no torch fallback shipped with vLLM), this module holds what
+that kernel computes, written in torch from its documented semantics: so
+that the processing runs where the kernel does not (on the CPU, in the
+tests that steer vLLM onto its GPU paths, and on meta tensors when a
+processing step is traced). Each function names the kernel it stands for;
+``bench/gpu_all.sh`` is where a GPU machine checks them against it.
+
+DeepGEMM (vLLM's ``vllm.utils.deep_gemm`` wraps it):
+
+- ``transform_sf_into_required_layout``: a scale factor (SF) tensor in the
+  layout DeepGEMM's GEMMs read, by the GPU's architecture. For weights
+  (``is_sfa=False``) with 128x128 fp32 blocks: unchanged on SM90 (it only
+  checks the layout); on SM100/SM120 each block's scale is broadcast to its
+  128 rows, its exponent byte taken (``bits >> 23``: UE8M0) and 4 of them
+  packed into an int32, K-block ``4c + b`` in byte ``b`` of word ``c``, in
+  an MN-major tensor whose MN stride is aligned to 4 elements (16 bytes).
+- ``fp8_gemm_nt``: ``D = A @ B.T`` (+ ``C``) of fp8 operands with their
+  scales; here, each operand dequantized to fp32 and multiplied in fp32.
+  The kernel's order of accumulation is its own: this is the operation,
+  not the kernel's rounding.
+"""
+
+from __future__ import annotations
+
+import torch
+
+TMA_ALIGNMENT_BYTES = 16  # DeepGEMM aligns the MN stride of SF tensors to this
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def tma_aligned_size(n: int, element_size: int) -> int:
+    """``n`` elements rounded up to a whole number of 16 bytes."""
+    step = TMA_ALIGNMENT_BYTES // element_size
+    return _ceil_div(n, step) * step
+
+
+def row_major(t: torch.Tensor) -> torch.Tensor:
+    """A row-major copy of ``t``, strides included: ``contiguous()`` keeps
+    an MN-major ``[MN, 1]`` tensor as it is (a size-1 dim's stride does not
+    count), and viewing its words as bytes needs the last stride 1."""
+    return torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t)
+
+
+def _batched(sf: torch.Tensor) -> torch.Tensor:
+    if sf.dim() not in (2, 3):
+        raise ValueError(f"a scale tensor has 2 or 3 dims, not {sf.dim()}")
+    return sf.unsqueeze(0) if sf.dim() == 2 else sf
+
+
+def mn_major_tma_aligned(sf: torch.Tensor) -> torch.Tensor:
+    """DeepGEMM ``get_mn_major_tma_aligned_tensor``: the fp32 SF tensor
+    ``[(G,) MN, SF_K]`` with the same values, MN-major, its SF_K stride the
+    MN size aligned to 16 bytes. A tensor already so laid out is returned
+    as it is."""
+    if sf.dtype != torch.float32:
+        raise ValueError(f"mn_major_tma_aligned: float32 scales, not {sf.dtype}")
+    batched = _batched(sf)
+    groups, mn, sf_k = batched.shape
+    aligned = tma_aligned_size(mn, 4)
+    if ((batched.stride(0) == aligned * sf_k or sf.dim() == 2) and batched.stride(1) == 1
+            and batched.stride(2) == aligned):
+        return sf
+    out = torch.empty_strided((groups, mn, sf_k), (aligned * sf_k, 1, aligned),
+                              dtype=sf.dtype, device=sf.device)
+    out.copy_(batched)
+    return out.squeeze(0) if sf.dim() == 2 else out
+
+
+def mn_major_tma_aligned_packed_ue8m0(sf: torch.Tensor) -> torch.Tensor:
+    """DeepGEMM ``get_mn_major_tma_aligned_packed_ue8m0_tensor`` (the CUDA
+    kernel ``transpose_and_pack_fp32_into_ue8m0``): fp32 scales ``[(G,) MN,
+    SF_K]``, each a power of two, as int32 ``[(G,) MN, ceil(SF_K / 4)]``
+    whose byte ``b`` of word ``(n, c)`` is the UE8M0 exponent byte
+    (``bits >> 23``, sign dropped) of ``sf[n, 4c + b]``, 0 past SF_K;
+    MN-major, its word stride the MN size aligned to 4. The rows past MN
+    that alignment adds are storage only (never read)."""
+    if sf.dtype != torch.float32:
+        raise ValueError(f"packed UE8M0 scales: float32 input, not {sf.dtype}")
+    batched = _batched(sf)
+    groups, mn, sf_k = batched.shape
+    words = _ceil_div(sf_k, 4)
+    aligned = tma_aligned_size(mn, 4)
+    exponents = torch.zeros((groups, mn, words * 4), dtype=torch.uint8, device=sf.device)
+    exponents[:, :, :sf_k] = (batched.contiguous().view(torch.int32) >> 23).to(torch.uint8)
+    packed = exponents.view(torch.int32)  # little-endian: K-block 4c + b in byte b
+    out = torch.zeros((groups, words, aligned), dtype=torch.int32, device=sf.device)
+    out = out.transpose(1, 2)[:, :mn, :]
+    out.copy_(packed)
+    return out.squeeze(0) if sf.dim() == 2 else out
+
+
+def _check_sf_shape(sf: torch.Tensor, mn: int, k: int, gran_mn: int, gran_k: int,
+                    num_groups: int | None) -> None:
+    per_word = 1 if sf.dtype == torch.float32 else 4
+    want = ((num_groups,) if num_groups is not None else ()) + (
+        _ceil_div(mn, gran_mn), _ceil_div(k, gran_k * per_word))
+    if tuple(sf.shape) != want:
+        raise ValueError(f"scale tensor of shape {tuple(sf.shape)} for mn={mn}, k={k} with "
+                         f"granularity ({gran_mn}, {gran_k}): expected {want}")
+
+
+def transform_sf_into_required_layout(sf: torch.Tensor, mn: int, k: int,
+                                      recipe: tuple[int, ...], num_groups: int | None = None,
+                                      is_sfa: bool | None = None,
+                                      disable_ue8m0_cast: bool = False, *,
+                                      arch_major: int) -> torch.Tensor:
+    """DeepGEMM ``transform_sf_into_required_layout`` on a GPU of
+    ``arch_major`` (9: Hopper, 10/12: Blackwell), as vLLM calls it
+    (``recipe`` (1, 128, 128) with ``is_sfa``, or a (gran_mn, gran_k)
+    pair without). See the module doc."""
+    if len(recipe) == 3:
+        if is_sfa is None:
+            raise ValueError("a 3-element recipe needs is_sfa")
+        gran_mn, gran_k = (recipe[0] if is_sfa else recipe[1]), recipe[2]
+    elif len(recipe) == 2:
+        if is_sfa is not None:
+            raise ValueError("a 2-element recipe takes no is_sfa")
+        gran_mn, gran_k = recipe
+    else:
+        raise ValueError(f"invalid recipe {recipe}")
+    if sf.dtype not in (torch.float32, torch.int32):
+        raise ValueError(f"scales are float32 or packed int32, not {sf.dtype}")
+    _check_sf_shape(sf, mn, k, gran_mn, gran_k, num_groups)
+    fp32 = sf.dtype == torch.float32
+    sm90_like = arch_major == 9 or disable_ue8m0_cast
+    if fp32 and gran_mn == 1 and gran_k == 128 and sm90_like:
+        return mn_major_tma_aligned(sf)
+    if fp32 and gran_mn == 128 and gran_k == 128 and sm90_like:
+        # SM90 reads the weights' block scales as they are, row- or
+        # column-major, groups contiguous.
+        rows, cols = sf.shape[-2], sf.shape[-1]
+        if num_groups is not None and sf.stride(-3) != rows * cols:
+            raise ValueError("SM90 block scales: groups must be contiguous")
+        if not ((sf.stride(-1) == 1 and sf.stride(-2) == cols)
+                or (sf.stride(-1) == rows and sf.stride(-2) == 1)):
+            raise ValueError("SM90 block scales: row- or column-major only")
+        return sf
+    if fp32 and gran_k in (32, 128) and arch_major in (10, 12):
+        rows = torch.arange(mn, device=sf.device) // gran_mn
+        broadcast = sf if gran_mn == 1 else sf.index_select(-2, rows)
+        return mn_major_tma_aligned_packed_ue8m0(broadcast)
+    if not fp32 and gran_mn == 1 and gran_k in (32, 128) and arch_major in (10, 12):
+        if sf.stride(-2) != 1 and mn != 1:
+            raise ValueError("packed UE8M0 scales: MN-major only")
+        if sf.stride(-1) < tma_aligned_size(mn, 4) or sf.stride(-1) % 4:
+            raise ValueError("packed UE8M0 scales: the word stride is not TMA-aligned")
+        return sf
+    raise ValueError(f"no scale transform for {sf.dtype} granularity ({gran_mn}, {gran_k}) "
+                     f"on SM{arch_major}x (disable_ue8m0_cast={disable_ue8m0_cast})")
+
+
+def _dequantize(x: torch.Tensor, sf: torch.Tensor, gran_mn: int, gran_k: int) -> torch.Tensor:
+    """fp8 ``x`` [MN, K] times its scales, broadcast over their blocks."""
+    mn, k = x.shape
+    if sf.dtype == torch.int32:  # packed UE8M0: 4 exponent bytes per word
+        sf = (row_major(sf).view(torch.uint8).to(torch.int32) << 23).view(torch.float32)
+    rows = torch.arange(mn, device=x.device) // gran_mn
+    cols = torch.arange(k, device=x.device) // gran_k
+    return x.to(torch.float32) * sf[rows][:, cols]
+
+
+def fp8_gemm_nt(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor],
+                d: torch.Tensor, c: torch.Tensor | None = None,
+                recipe: tuple[int, int, int] | None = None,
+                disable_ue8m0_cast: bool = False, **_tuning) -> None:
+    """DeepGEMM ``fp8_gemm_nt``: ``d = a @ b.T (+ c)`` of fp8 ``a`` [M, K]
+    with per-(1, 128) scales and ``b`` [N, K] with per-(128, 128) (fp32) or
+    per-(1, 128) (packed UE8M0) scales, in fp32 (see the module doc).
+    Tuning keywords (``compiled_dims``, ...) change nothing here."""
+    (xa, sfa), (xb, sfb) = a, b
+    gran_b = (recipe[1] if recipe else (1 if sfb.dtype == torch.int32 else 128))
+    out = _dequantize(xa, sfa, 1, 128) @ _dequantize(xb, sfb, gran_b, 128).T
+    if c is not None:
+        out = out + c.to(torch.float32)
+    d.copy_(out.to(d.dtype))

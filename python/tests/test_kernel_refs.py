@@ -1,0 +1,128 @@
+"""The torch references of CUDA-only processing steps
+(``loadplan.vllm.kernel_refs``), against vLLM's own torch functions where
+vLLM has one: the UE8M0 scales of ``per_block_cast_to_fp8``, the exponent
+byte decoding of ``_upcast_e8m0_to_fp32`` and DeepGEMM's
+``unpack_ue8m0_from_int`` (vendored with vLLM), ``scaled_dequantize``.
+On a GPU, ``bench/gpu_all.sh`` compares them with the CUDA kernels."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+
+import torch  # noqa: E402
+
+from loadplan.vllm import kernel_refs  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _eager():
+    """vLLM's torch.compile'd per_block_cast_to_fp8, eager: the same
+    computation, without the CPU's inductor compiling C++ for it."""
+    import torch._dynamo
+
+    with torch._dynamo.config.patch(disable=True):
+        yield
+
+
+def _ue8m0_blocks(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random fp8 weight [n, k] and its power-of-two 128x128 block scales,
+    as vLLM's requant makes them (``per_block_cast_to_fp8``, UE8M0)."""
+    from vllm.utils.deep_gemm import per_block_cast_to_fp8
+
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=gen) * torch.logspace(-3, 1, n).unsqueeze(1)
+    return per_block_cast_to_fp8(w, [128, 128], use_ue8m0=True)
+
+
+def _deep_gemm_math():
+    """DeepGEMM's ``utils/math.py`` as vLLM vendors it: torch only, loaded
+    by path (the package itself imports the CUDA extension)."""
+    import vllm
+
+    path = Path(vllm.__file__).parent / "third_party" / "deep_gemm" / "utils" / "math.py"
+    spec = importlib.util.spec_from_file_location("deep_gemm_math", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("n,k", [(256, 256), (198, 640), (64, 1152)])
+def test_sm100_scales_pack_each_rows_block_exponents_mn_major(n, k):
+    from vllm.model_executor.layers.quantization.utils.fp8_utils import _upcast_e8m0_to_fp32
+
+    _, sf = _ue8m0_blocks(n, k)
+    assert sf.shape == (-(-n // 128), -(-k // 128))
+    packed = kernel_refs.transform_sf_into_required_layout(
+        sf.unsqueeze(0), n, k, (1, 128, 128), num_groups=1, is_sfa=False, arch_major=10)
+    words = -(-sf.shape[1] // 4)
+    aligned = -(-n // 4) * 4
+    assert packed.dtype == torch.int32
+    assert packed.shape == (1, n, words)
+    assert packed.stride() == (words * aligned, 1, aligned)  # MN-major, TMA-aligned
+    # Each row's word c holds the exponent bytes of K-blocks 4c..4c+3 of
+    # its 128-row block, little-endian, zero past the last K-block.
+    rows = torch.arange(n) // 128
+    want = torch.zeros(n, words * 4)
+    want[:, :sf.shape[1]] = sf[rows]
+    words_row_major = kernel_refs.row_major(packed[0])
+    assert torch.equal(_upcast_e8m0_to_fp32(words_row_major.view(torch.uint8)), want)
+    assert torch.equal(_deep_gemm_math().unpack_ue8m0_from_int(words_row_major), want)
+
+
+def test_sm90_block_scales_are_kept_as_they_are():
+    _, sf = _ue8m0_blocks(256, 384)
+    out = kernel_refs.transform_sf_into_required_layout(
+        sf.unsqueeze(0), 256, 384, (1, 128, 128), num_groups=1, is_sfa=False, arch_major=9)
+    assert out.data_ptr() == sf.data_ptr() and torch.equal(out[0], sf)
+    # ... and so with the UE8M0 cast off, on any architecture.
+    out = kernel_refs.transform_sf_into_required_layout(
+        sf, 256, 384, (128, 128), disable_ue8m0_cast=True, arch_major=10)
+    assert out is sf
+
+
+def test_activation_scales_become_mn_major_and_tma_aligned():
+    sf = torch.rand(3, 5)  # 3 tokens, 5 K-groups of 128
+    out = kernel_refs.transform_sf_into_required_layout(
+        sf, 3, 640, (1, 128, 128), is_sfa=True, arch_major=9)
+    assert out.stride() == (1, 4) and torch.equal(out, sf)
+    assert kernel_refs.mn_major_tma_aligned(out) is out
+
+
+def test_the_transform_refuses_what_deepgemm_refuses():
+    _, sf = _ue8m0_blocks(256, 256)
+    with pytest.raises(ValueError, match=r"expected \(3, 2\)"):
+        kernel_refs.transform_sf_into_required_layout(
+            sf, 384, 256, (1, 128, 128), is_sfa=False, arch_major=9)
+    with pytest.raises(ValueError, match="needs is_sfa"):
+        kernel_refs.transform_sf_into_required_layout(sf, 256, 256, (1, 128, 128),
+                                                      arch_major=9)
+    with pytest.raises(ValueError, match="no scale transform"):
+        kernel_refs.transform_sf_into_required_layout(
+            sf, 256, 256, (1, 128, 128), is_sfa=False, arch_major=8)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_the_gemm_is_the_product_of_the_dequantized_operands(packed):
+    from vllm.model_executor.layers.quantization.utils.quant_utils import (
+        GroupShape,
+        scaled_dequantize,
+    )
+
+    m, n, k = 5, 256, 384
+    b, sfb = _ue8m0_blocks(n, k, seed=1)
+    gen = torch.Generator().manual_seed(2)
+    a = (torch.randn(m, k, generator=gen) * 4).to(torch.float8_e4m3fn)
+    sfa = torch.exp2(torch.randint(-4, 4, (m, k // 128), generator=gen).float())
+    want = (scaled_dequantize(a, sfa, GroupShape(1, 128))
+            @ scaled_dequantize(b, sfb, GroupShape(128, 128)).T).to(torch.bfloat16)
+    if packed:  # SM100: the weights' scales in DeepGEMM's packed layout
+        sfb = kernel_refs.transform_sf_into_required_layout(
+            sfb, n, k, (1, 128, 128), is_sfa=False, arch_major=10)
+    d = torch.empty(m, n, dtype=torch.bfloat16)
+    kernel_refs.fp8_gemm_nt((a, sfa), (b, sfb), d)
+    assert torch.equal(d, want)

@@ -1,0 +1,348 @@
+"""Steering vLLM onto its GPU weight-processing paths on the CPU (a test
+fixture beside ``vllm_tiny``: no module of the package imports it).
+
+On an NVIDIA GPU vLLM picks, per layer, a kernel whose post-load
+processing rearranges or requantizes the checkpoint's tensors (DeepGEMM's
+UE8M0 requant for block-fp8 linears, FlashInfer's MoE layouts). That
+processing is torch code; only the choice of it reads the GPU. A
+*profile* makes vLLM choose it on the CPU, by the conditions vLLM reads
+(the platform's DeepGEMM support, the MoE oracles' backend lists, the
+experts classes' device checks), and stands in for a CUDA-only step with
+its torch reference (``loadplan.vllm.kernel_refs``). vLLM's own classes
+then take the GPU path's ``process_weights_after_loading`` on the CPU.
+
+``apply(steer)`` once per process, after ``vllm_tiny.cpu_kernels`` and
+before any model is built, identically in every process of a test (the
+model the backend updates and both references); ``steer`` is a profile or
+several joined by ``+``. ``taken(steer, model)`` says whether a built and
+loaded model took each profile's path, naming what it found where it did
+not. Profiles:
+
+- ``deepgemm-sm90`` / ``deepgemm-sm100``: block-fp8 linears get vLLM's
+  ``DeepGemmFp8BlockScaledMMKernel`` with E8M0 scales (vLLM's default on
+  Hopper and Blackwell): every 128x128 block requantized with a
+  power-of-two scale, in place; on SM100 the scales become DeepGEMM's
+  packed UE8M0 int32 layout (``kernel_refs``). vLLM's
+  ``per_block_cast_to_fp8`` is ``torch.compile``d; the profile runs it
+  eager (TorchDynamo off), the same in every process.
+- ``fi-trtllm-bf16-moe``: bf16 MoE layers get FlashInfer's TRT-LLM experts
+  (Blackwell's default): the intermediate size rounded up to 128 at
+  allocation, the padding zeroed and the rows permuted into BlockMajorK
+  order in place after loading. The experts' kernel object (a CUDA
+  runner) is not made: these models are loaded, not run.
+- ``fi-cutlass-fp8-moe``: block-fp8 MoE layers get FlashInfer's CUTLASS
+  experts (Hopper's with expert parallelism): w13's gate and up halves
+  swapped, weights and scales, the scales clamped at 1e-10. Also not made:
+  the kernel object.
+- ``fi-attn-sinks``: attention layers with sinks (gpt-oss) process them as
+  vLLM's FlashInfer backend does (``FlashInferImpl``'s own
+  ``process_weights_after_loading`` on the CPU backend's object): the
+  kernel reads an fp32 copy of the sinks kept on the backend object, not
+  on any module, made at the first load and copied into on each later
+  one.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+PROFILES = ("deepgemm-sm90", "deepgemm-sm100", "fi-trtllm-bf16-moe", "fi-cutlass-fp8-moe",
+            "fi-attn-sinks")
+
+_APPLIED: list[str] = []
+
+
+def profiles(steer: str) -> list[str]:
+    """The profiles of ``steer``: ``""`` (none), one profile, or several
+    joined by ``+`` (e.g. ``deepgemm-sm90+fi-cutlass-fp8-moe``: a Hopper
+    with expert parallelism serving a block-fp8 MoE model)."""
+    out = [p for p in steer.split("+") if p]
+    unknown = [p for p in out if p not in PROFILES]
+    if unknown:
+        raise ValueError(f"unknown steering profile {unknown[0]!r}; one of {PROFILES}")
+    if sum(p.startswith("deepgemm-") for p in out) > 1:
+        raise ValueError(f"{steer!r}: one DeepGEMM architecture at a time")
+    return out
+
+
+def steers_fp8_linears(steer: str) -> bool:
+    """Whether ``steer`` chooses the kernel of block-fp8 linear layers
+    (else ``vllm_tiny.cpu_kernels(fp8=True)`` must, for an fp8 model)."""
+    return any(p.startswith("deepgemm-") for p in profiles(steer))
+
+
+def apply(steer: str) -> None:
+    """Steers this process onto the paths of ``steer`` (see ``profiles``
+    and the module doc). Once per process; again with the same
+    ``steer`` does nothing."""
+    if _APPLIED:
+        if _APPLIED[0] != steer:
+            raise RuntimeError(f"this process is steered onto {_APPLIED[0]!r} already")
+        return
+    for profile in profiles(steer):
+        if profile.startswith("deepgemm-"):
+            _deepgemm(arch_major=9 if profile == "deepgemm-sm90" else 10)
+        elif profile == "fi-trtllm-bf16-moe":
+            _fi_trtllm_bf16_moe()
+        elif profile == "fi-cutlass-fp8-moe":
+            _fi_cutlass_fp8_moe()
+        elif profile == "fi-attn-sinks":
+            _fi_attn_sinks()
+    _APPLIED.append(steer)
+
+
+def _eager() -> None:
+    """vLLM's torch.compile'd helpers run eager (the CPU's inductor would
+    compile C++ for each; eager is the same computation in every
+    process)."""
+    os.environ["TORCHDYNAMO_DISABLE"] = "1"
+    import torch._dynamo
+
+    torch._dynamo.config.disable = True
+
+
+def _deepgemm(arch_major: int) -> None:
+    import vllm.model_executor.kernels.linear as linear
+    import vllm.utils.deep_gemm as dg
+    from vllm.model_executor.kernels.linear.scaled_mm.deep_gemm import (
+        DeepGemmFp8BlockScaledMMKernel,
+    )
+    from vllm.platforms import PlatformEnum, current_platform
+
+    from loadplan.vllm import kernel_refs
+
+    _eager()
+    # VLLM_USE_DEEP_GEMM and VLLM_USE_DEEP_GEMM_E8M0 keep their defaults
+    # (on): setting VLLM_USE_DEEP_GEMM at all would also force DeepGEMM
+    # onto the fp8 MoE layers.
+    # What is_deep_gemm_supported reads: the platform's DeepGEMM support
+    # and the package's presence.
+    type(current_platform).support_deep_gemm = classmethod(lambda cls: True)
+    dg.has_deep_gemm = lambda: True
+    # The DeepGEMM entry points vLLM resolves in _lazy_init; with one set,
+    # _lazy_init returns before importing the CUDA extension.
+    dg._fp8_gemm_nt_impl = kernel_refs.fp8_gemm_nt
+    dg._transform_sf_into_required_layout_impl = functools.partial(
+        kernel_refs.transform_sf_into_required_layout, arch_major=arch_major)
+    dg.is_deep_gemm_supported.cache_clear()
+    dg.is_deep_gemm_e8m0_used.cache_clear()
+    # The activation scale format DeepGEMM wants on this architecture.
+    dg.DeepGemmQuantScaleFMT._oracle_cache = (
+        dg.DeepGemmQuantScaleFMT.FLOAT32_CEIL_UE8M0 if arch_major == 9
+        else dg.DeepGemmQuantScaleFMT.UE8M0)
+    # The kernel's own check is is_cuda(); the rest of its checks
+    # (can_implement: bf16 output, (1, 128) activation groups, N % 64 and
+    # K % 128) stay. A linear it cannot implement gets the CPU's kernels,
+    # as another shape on a GPU gets another kernel.
+    DeepGemmFp8BlockScaledMMKernel.is_supported = classmethod(
+        lambda cls, compute_capability=None: (True, None))
+    cpu = linear._POSSIBLE_FP8_BLOCK_KERNELS[PlatformEnum.CPU]
+    linear._POSSIBLE_FP8_BLOCK_KERNELS[PlatformEnum.CPU] = [DeepGemmFp8BlockScaledMMKernel,
+                                                          *cpu]
+
+
+def _no_kernel_object(method_class) -> None:
+    """The MoE method makes no kernel object (a CUDA runner, used only to
+    run the layer); the weights' processing, which runs before it, is
+    untouched."""
+
+    def _init_moe_kernel(self, layer) -> None:
+        self.moe_quant_config = self.get_fused_moe_quant_config(layer)
+        self.moe_kernel = _NoKernel()
+
+    method_class._init_moe_kernel = _init_moe_kernel
+
+
+class _NoKernel:
+    """Stands for a MoE kernel object that is not made on the CPU: it has
+    no post-load step of its own (FlashInfer's TRT-LLM bf16 experts have
+    none; its CUTLASS experts' step is for nvfp4 only, and the fp8 MoE
+    method does not call it), and running it is an error."""
+
+    class _Experts:
+        def process_weights_after_loading(self, layer) -> None:
+            pass
+
+    fused_experts = _Experts()
+
+    def apply(self, *args, **kwargs):
+        raise RuntimeError("a steered MoE layer is loaded, not run, on the CPU")
+
+    apply_monolithic = apply
+
+
+def _fi_trtllm_bf16_moe() -> None:
+    import vllm.model_executor.layers.fused_moe.oracle.unquantized as oracle
+    from vllm.model_executor.layers.fused_moe.experts import trtllm_bf16_moe
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import (
+        UnquantizedFusedMoEMethod,
+    )
+
+    original = oracle._get_priority_backends
+
+    def priority(moe_config):
+        # Blackwell's order: FlashInfer TRT-LLM first.
+        return [oracle.UnquantizedMoeBackend.FLASHINFER_TRTLLM, *original(moe_config)]
+
+    oracle._get_priority_backends = priority
+    trtllm_bf16_moe.TrtLlmBf16ExpertsBase._supports_current_device = staticmethod(
+        lambda: True)
+    _no_kernel_object(UnquantizedFusedMoEMethod)
+
+
+def _fi_cutlass_fp8_moe() -> None:
+    import vllm.model_executor.layers.fused_moe.oracle.fp8 as oracle
+    from vllm.model_executor.layers.fused_moe.experts.flashinfer_cutlass_moe import (
+        FlashInferExperts,
+    )
+    from vllm.model_executor.layers.quantization.fp8 import Fp8MoEMethod
+    from vllm.model_executor.layers.quantization.utils.quant_utils import (
+        kFp8Dynamic128Sym,
+        kFp8Static128BlockSym,
+    )
+
+    _eager()
+    original = oracle._get_priority_backends
+
+    def priority(moe_config, weight_key, activation_key):
+        # Hopper's order for block fp8 with expert parallelism: FlashInfer
+        # CUTLASS first.
+        backends = original(moe_config, weight_key, activation_key)
+        backends.remove(oracle.Fp8MoeBackend.FLASHINFER_CUTLASS)
+        return [oracle.Fp8MoeBackend.FLASHINFER_CUTLASS, *backends]
+
+    oracle._get_priority_backends = priority
+    FlashInferExperts._supports_current_device = staticmethod(lambda: True)
+    # Block fp8 with dynamic (1, 128) activations: what the experts take
+    # on SM90 (their scheme check also reads the capability).
+    FlashInferExperts._supports_quant_scheme = staticmethod(
+        lambda weight_key, activation_key:
+        (weight_key, activation_key) == (kFp8Static128BlockSym, kFp8Dynamic128Sym))
+    _no_kernel_object(Fp8MoEMethod)
+
+
+def _fi_attn_sinks() -> None:
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
+    from vllm.v1.attention.backends.flashinfer import FlashInferImpl
+
+    init = CPUAttentionBackendImpl.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        # What FlashInferImpl.__init__ keeps: the sinks as the model holds
+        # them; its processing makes the fp32 copy the kernel reads.
+        self._sinks_source = self.sinks
+
+    CPUAttentionBackendImpl.__init__ = __init__
+    CPUAttentionBackendImpl.process_weights_after_loading = \
+        FlashInferImpl.process_weights_after_loading
+
+
+def taken(steer: str, model: torch.nn.Module) -> list[str]:
+    """What of ``model`` (built and loaded under ``steer``) shows each
+    profile's path taken, one line per profile, e.g.
+    ``'DeepGemmFp8BlockScaledMMKernel (E8M0): 14 layers, scales int32'``;
+    raises AssertionError, naming what it found, where a layer a profile
+    steers took another path."""
+    out = []
+    for profile in profiles(steer):
+        if profile.startswith("deepgemm-"):
+            out += _deepgemm_taken(profile, model)
+        elif profile == "fi-trtllm-bf16-moe":
+            out += _moe_taken(model, "unquantized_backend", "FLASHINFER_TRTLLM", pad=128)
+        elif profile == "fi-cutlass-fp8-moe":
+            out += _moe_taken(model, "fp8_backend", "FLASHINFER_CUTLASS")
+        elif profile == "fi-attn-sinks":
+            out += _sinks_taken(model)
+    return out
+
+
+def _deepgemm_taken(profile: str, model: torch.nn.Module) -> list[str]:
+    from vllm.model_executor.kernels.linear.scaled_mm.deep_gemm import (
+        DeepGemmFp8BlockScaledMMKernel,
+    )
+
+    kernels = {}
+    for name, module in model.named_modules():
+        kernel = getattr(getattr(module, "quant_method", None), "fp8_linear", None)
+        if kernel is not None:
+            kernels[name] = (module, kernel)
+    if not kernels:
+        raise AssertionError("no fp8 linear layer in the model")
+    other = {n: type(k).__name__ for n, (_, k) in kernels.items()
+             if not isinstance(k, DeepGemmFp8BlockScaledMMKernel)}
+    if other:
+        raise AssertionError(f"fp8 linears not on DeepGEMM: {other}")
+    want = torch.float32 if profile == "deepgemm-sm90" else torch.int32
+    for name, (module, kernel) in kernels.items():
+        if not kernel.use_deep_gemm_e8m0:
+            raise AssertionError(f"{name}: DeepGEMM without E8M0 scales")
+        scale, weight = module.weight_scale_inv, module.weight
+        if scale.dtype != want:
+            raise AssertionError(f"{name}: scales {scale.dtype}, expected {want}")
+        n, k = weight.shape
+        if want == torch.int32:  # packed UE8M0: [N, ceil(K / 512)], MN-major
+            shape = (n, -(-k // 512))
+            if tuple(scale.shape) != shape or scale.stride(0) != 1:
+                raise AssertionError(f"{name}: scales {tuple(scale.shape)} stride "
+                                     f"{scale.stride()}, expected {shape} MN-major")
+        else:  # requantized in place: every scale a power of two
+            mantissa = scale.view(torch.int32) & 0x7FFFFF
+            if bool(mantissa.any()):
+                raise AssertionError(f"{name}: a block scale is no power of two")
+    return [f"DeepGemmFp8BlockScaledMMKernel (E8M0): {len(kernels)} layers, "
+            f"scales {str(want).removeprefix('torch.')}"]
+
+
+def _moe_taken(model: torch.nn.Module, attribute: str, backend: str,
+               pad: int | None = None) -> list[str]:
+    """Every MoE layer's method chose ``backend``; with ``pad``, its
+    intermediate size per rank was rounded up to a multiple of ``pad``
+    (w13 [E, 2P, H], w2 [E, H, P])."""
+    methods = {}
+    for name, module in model.named_modules():
+        method = getattr(module, "quant_method", None)
+        if hasattr(method, attribute):
+            methods[name] = (module, getattr(method, attribute).name)
+    if not methods:
+        raise AssertionError(f"no MoE layer with a {attribute}")
+    other = {n: b for n, (_, b) in methods.items() if b != backend}
+    if other:
+        raise AssertionError(f"MoE layers not on {backend}: {other}")
+    line = f"{attribute} {backend}: {len(methods)} layers"
+    if pad is not None:
+        sizes = set()
+        for name, (module, _) in methods.items():
+            padded = module.moe_config.intermediate_size_per_partition
+            unpadded = module.moe_config.intermediate_size_per_partition_unpadded
+            w13, w2 = module.w13_weight, module.w2_weight
+            if padded % pad or w13.shape[1] != 2 * padded or w2.shape[2] != padded:
+                raise AssertionError(f"{name}: intermediate {padded} (w13 {tuple(w13.shape)}, "
+                                     f"w2 {tuple(w2.shape)}), not padded to {pad}")
+            sizes.add((unpadded, padded))
+        line += ", intermediate " + ", ".join(f"{u} padded to {p}" for u, p in sorted(sizes))
+    return [line]
+
+
+def _sinks_taken(model: torch.nn.Module) -> list[str]:
+    """Every attention layer with sinks keeps an fp32 copy of them on its
+    backend object, equal to the sinks the model holds."""
+    layers = {}
+    for name, module in model.named_modules():
+        impl = getattr(module, "impl", None)
+        source = getattr(impl, "_sinks_source", None)
+        if source is None:
+            continue
+        if impl.sinks is None or impl.sinks.dtype != torch.float32 or impl.sinks is source:
+            raise AssertionError(f"{name}: no fp32 copy of the sinks on {type(impl).__name__}")
+        if not torch.equal(impl.sinks, source.float()):
+            raise AssertionError(f"{name}: the fp32 sinks differ from the model's")
+        layers[name] = source.dtype
+    if not layers:
+        raise AssertionError("no attention layer with sinks")
+    dtypes = ", ".join(sorted({str(d).removeprefix("torch.") for d in layers.values()}))
+    return [f"fp32 sinks on the attention backend: {len(layers)} layers (from {dtypes})"]
