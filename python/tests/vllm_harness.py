@@ -313,7 +313,7 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
                 plan = engine.plan
                 result = None if plan is None else {
                     "report": plan.report, "processed": list(engine.processed),
-                    "traced": bool(plan.ir),
+                    "refreshed": list(engine.refreshed), "traced": bool(plan.ir),
                     "kinds": {n: e.kind for n, e in plan.entries.items()},
                     "nbytes": {n: e.nbytes for n, e in plan.entries.items()},
                     "reasons": {n: e.reason for n, e in plan.entries.items() if e.reason}}

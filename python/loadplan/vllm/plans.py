@@ -21,7 +21,7 @@ from ..plan import LoadPlan, ParamMeta
 
 logger = logging.getLogger("loadplan")
 
-FORMAT = 2
+FORMAT = 3
 
 
 def plan_dir(configured: str | None) -> Path:
@@ -79,6 +79,9 @@ class Stored:
     # The processed modules loaded as a fresh load does (vLLM's reload
     # does not load them).
     fresh: tuple[str, ...] = ()
+    # The attention modules whose processing runs again after each update
+    # (processing.refreshed).
+    refreshed: tuple[str, ...] = ()
 
 
 def paths(directory: Path, key: str) -> tuple[Path, Path]:
@@ -94,7 +97,7 @@ def save(directory: Path, key: str, plan: LoadPlan, stored: Stored) -> Path:
     side = {"format": FORMAT, "key": key, "fingerprint": plan.fingerprint,
             "metadata": stored.metadata, "processed": list(stored.processed),
             "observed": stored.observed, "layer_names": stored.layer_names,
-            "fresh": list(stored.fresh)}
+            "fresh": list(stored.fresh), "refreshed": list(stored.refreshed)}
     for path, data in ((plan_path, plan.plan_bytes), (meta_path, json.dumps(side).encode())):
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_bytes(data)
@@ -117,4 +120,5 @@ def stored(directory: Path, key: str, metadata: str) -> Stored | None:
     if not isinstance(layer_names, dict):
         return None
     return Stored(metadata, tuple(side.get("processed", ())), bool(side.get("observed")),
-                  {k: list(v) for k, v in layer_names.items()}, tuple(side.get("fresh", ())))
+                  {k: list(v) for k, v in layer_names.items()}, tuple(side.get("fresh", ())),
+                  tuple(side.get("refreshed", ())))

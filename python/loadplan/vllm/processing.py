@@ -134,6 +134,26 @@ def _process(layer: torch.nn.Module, dtype: torch.dtype) -> None:
         layer.process_weights_after_loading(dtype)
 
 
+def refreshed(layers: Mapping[str, torch.nn.Module], processed: Iterable[str]) -> list[str]:
+    """The attention layers among ``layers`` that are not ``processed``:
+    their processing leaves their own tensors as loaded, but derives state
+    that is not theirs (FlashInfer's fp32 copy of the sinks on the backend
+    object, host copies of the scales on the layer, MLA's ``W_UK_T`` and
+    ``W_UV``), which a direct write leaves stale. Their processing is cheap
+    and vLLM's reload runs it on every update; so does ``refresh``, after
+    the update's direct writes."""
+    skip = set(processed)
+    return [name for name, layer in layers.items()
+            if name not in skip and is_deferred_attention_layer(layer)]
+
+
+def refresh(layers: Iterable[torch.nn.Module], dtype: torch.dtype) -> None:
+    """Runs each attention layer's own processing again (what vLLM's loader
+    runs for it last), so that what it derives follows the update."""
+    for layer in layers:
+        layer.process_weights_after_loading(dtype)
+
+
 class Reload:
     """One update's reload of the processed layers ``layers`` (qualified
     name -> module), whose names ``layer_names`` says (the fallbacks that

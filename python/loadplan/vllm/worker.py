@@ -67,6 +67,9 @@ class LoadplanWeightTransferEngine(
         self.rank = -1
         self.plan: LoadPlan | None = None
         self.processed: list[str] = []  # modules reloaded on every update
+        # Attention modules whose processing runs again after every update
+        # (processing.refreshed).
+        self.refreshed: list[str] = []
         # Each processed module's names, and the processed modules vLLM's
         # reload does not load (loaded as a fresh load does).
         self._layer_names: dict[str, list[str]] = {}
@@ -150,6 +153,7 @@ class LoadplanWeightTransferEngine(
                 self._layer_names = {n: list(stored.layer_names.get(n, ()))
                                      for n in self.processed}
                 self._fresh = set(stored.fresh)
+                self.refreshed = list(stored.refreshed)
                 self._observer = None
                 how = f"read {path}"
             except (RuntimeError, ValueError, OSError) as e:
@@ -161,6 +165,7 @@ class LoadplanWeightTransferEngine(
             # every layer with a processing step is reloaded, and watched.
             candidates = processing.candidates(self.model)
             self.processed = list(candidates)
+            self.refreshed = []  # every candidate is reloaded meanwhile
             self._observer = processing.Observer(candidates)
             plan = self._capture(metas, self.processed)
             how = "traced"
@@ -188,15 +193,18 @@ class LoadplanWeightTransferEngine(
                            self.rank, e)
             return
         self.plan, self.processed = plan, processed
+        self.refreshed = processing.refreshed(observer.layers, processed)
         key = plans.model_key(self.vllm_config, self.model, self.rank)
         fresh = tuple(n for n in processed if n in self._fresh)
         path = plans.save(plans.plan_dir(self.info.plan_dir), key, plan,
                           plans.Stored(plans.metadata_digest(self._metas), tuple(processed), True,
-                                       self._layer_names, fresh))
+                                       self._layer_names, fresh, tuple(self.refreshed)))
         self._drop_receiver()
         self._publish()
         logger.info("load plan: worker rank %d: vLLM's processing changes %d of %d layers; "
-                    "plan saved to %s", self.rank, len(processed), len(observer.layers), path)
+                    "%d attention layers are processed again after each update; "
+                    "plan saved to %s", self.rank, len(processed), len(observer.layers),
+                    len(self.refreshed), path)
         for line in plan.report.splitlines():
             logger.info("%s", line)
 
@@ -267,6 +275,7 @@ class LoadplanWeightTransferEngine(
                     stats.line())
         # Every rank has all of the update; the direct names are in place.
         self._load_fallbacks(receiver.fallbacks)
+        self._refresh()
         if self._observer is not None:
             self._refine()
 
@@ -292,6 +301,16 @@ class LoadplanWeightTransferEngine(
             finally:
                 if layers:
                     reload.finish(self.model_config)
+
+    def _refresh(self) -> None:
+        """Runs the processing of the attention layers that derive state
+        from their tensors again, as vLLM's reload would (their own tensors
+        it leaves as loaded, which the observation showed)."""
+        if not self.refreshed:
+            return
+        modules = dict(self.model.named_modules())
+        with set_current_vllm_config(self.vllm_config), torch.no_grad():
+            processing.refresh([modules[n] for n in self.refreshed], self.model_config.dtype)
 
     def finish_weight_update(self) -> None:
         """Nothing left: ``update_weights`` did the whole update."""
