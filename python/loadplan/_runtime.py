@@ -62,10 +62,10 @@ def _torch_reader():
     if os.environ.get("LOADPLAN_TORCH_READ", "1") == "0":
         return None
     try:
-        from . import _torch_read
+        from ._torch_read import API
     except ImportError:
         return None
-    return _torch_read.API
+    return API
 
 
 _TORCH_READER = _torch_reader()
