@@ -308,9 +308,10 @@ class LoadplanWeightTransferEngine(
         it leaves as loaded, which the observation showed)."""
         if not self.refreshed:
             return
-        modules = dict(self.model.named_modules())
+        # By path, not a walk of every module: this runs on every update.
+        layers = [self.model.get_submodule(n) for n in self.refreshed]
         with set_current_vllm_config(self.vllm_config), torch.no_grad():
-            processing.refresh([modules[n] for n in self.refreshed], self.model_config.dtype)
+            processing.refresh(layers, self.model_config.dtype)
 
     def finish_weight_update(self) -> None:
         """Nothing left: ``update_weights`` did the whole update."""
