@@ -5,9 +5,11 @@ block-fp8 linears, FlashInfer's MoE layouts), in every process of the
 scenario. Each scenario checks that the path was taken (the kernel class,
 the backend enum, the tensors' dtypes and shapes after processing), and
 that every update equals, byte for byte, a model freshly loaded under the
-same steering, and vLLM's own reload of it. Today the backend reloads
-every layer whose processing changes a tensor through vLLM's layerwise
-reload, so the plan's fallbacks say which layers those are."""
+same steering, and vLLM's own reload of it. A layer whose processing
+changes a tensor is either computed in place (its names written directly
+in the checkpoint format, which its live tensors keep, and its processing
+run on them after the update) or, where its live tensors have another
+layout, reloaded through vLLM's layerwise reload (its names fallbacks)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ FP8_MODEL = dict(fp8=True, hidden=256, intermediate=256, heads=4, kv_heads=2)
 FP8_MODEL_TP2 = dict(FP8_MODEL, kv_heads=4)
 
 # name: (Spec fields, the lines vllm_steer.taken reports on every worker,
-# the suffixes of the modules the backend reloads on every update).
+# the suffixes of the modules the backend reloads on every update, and of
+# those whose processing it runs in place after every update).
 FP8_LINEARS = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
 SCENARIOS = {
     # Qwen3-FP8 on a Hopper: every block-fp8 linear requantized to
@@ -30,19 +33,19 @@ SCENARIOS = {
     "qwen3-fp8-deepgemm-sm90": (
         dict(family="qwen3", model=FP8_MODEL, steer="deepgemm-sm90"),
         ["DeepGemmFp8BlockScaledMMKernel (E8M0): 8 layers, scales float32"],
-        FP8_LINEARS),
+        (), FP8_LINEARS),
     # ... on a Blackwell: and the scales packed into DeepGEMM's UE8M0 int32
     # layout (kernel_refs.transform_sf_into_required_layout).
     "qwen3-fp8-deepgemm-sm100": (
         dict(family="qwen3", model=FP8_MODEL, steer="deepgemm-sm100"),
         ["DeepGemmFp8BlockScaledMMKernel (E8M0): 8 layers, scales int32"],
-        FP8_LINEARS),
+        FP8_LINEARS, ()),
     # Qwen3-MoE bf16 on a Blackwell at TP=2: FlashInfer TRT-LLM's experts,
     # the intermediate (32 per rank) padded to 128 and permuted in place.
     "qwen3_moe-tp2-fi-trtllm-bf16": (
         dict(family="qwen3_moe", tp=2, steer="fi-trtllm-bf16-moe"),
         ["unquantized_backend FLASHINFER_TRTLLM: 2 layers, intermediate 32 padded to 128"],
-        ("mlp.experts.routed_experts",)),
+        (), ("mlp.experts.routed_experts",)),
     # A block-fp8 MoE on a Hopper with expert parallelism: FlashInfer
     # CUTLASS experts (w13's halves swapped, scales clamped) and DeepGEMM
     # linears.
@@ -51,7 +54,7 @@ SCENARIOS = {
              steer="deepgemm-sm90+fi-cutlass-fp8-moe"),
         ["DeepGemmFp8BlockScaledMMKernel (E8M0): 4 layers, scales float32",
          "fp8_backend FLASHINFER_CUTLASS: 2 layers"],
-        ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.experts.routed_experts")),
+        (), ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.experts.routed_experts")),
 }
 
 
@@ -63,7 +66,7 @@ def models(tmp_path_factory):
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_steered_updates_equal_a_fresh_load_and_vllms_own_reload(models, tmp_path, name):
-    fields, taken, reloaded = SCENARIOS[name]
+    fields, taken, reloaded, computed = SCENARIOS[name]
     fields = dict(fields)
     model = fields.pop("model", {})
     spec = h.Spec(model_dir=models(fields["family"], **model), plan_dir=str(tmp_path / "plans"),
@@ -82,17 +85,24 @@ def test_steered_updates_equal_a_fresh_load_and_vllms_own_reload(models, tmp_pat
     finally:
         cluster.close()
     for plan in plans:
-        # The layers whose steered processing changes a tensor are the ones
-        # reloaded on every update (their names are fallbacks), and only
-        # those.
-        assert plan["processed"], plan["report"]
+        # The layers whose steered processing changes a tensor are reloaded
+        # on every update (their names are fallbacks) or computed in place
+        # (their names direct), as the scenario says.
+        def kinds(modules):
+            return {m.rsplit(".", 1)[-1] for m in modules}
+
+        assert kinds(plan["processed"]) == kinds(reloaded), plan["processed"]
         assert all(p.endswith(reloaded) for p in plan["processed"]), plan["processed"]
-        assert {p.rsplit(".", 1)[-1] for p in plan["processed"]} == \
-            {r.rsplit(".", 1)[-1] for r in reloaded}, plan["processed"]
+        assert kinds(plan["recomputed"]) == kinds(computed), plan["recomputed"]
+        assert all(p.endswith(computed) for p in plan["recomputed"]), plan["recomputed"]
         fallbacks = {n: r for n, r in plan["reasons"].items() if plan["kinds"][n] == "fallback"}
-        assert fallbacks, plan["report"]
+        assert bool(fallbacks) == bool(reloaded), plan["report"]
         assert all(r.startswith("vLLM processes model.layers.") for r in fallbacks.values()), \
             fallbacks
+        into = {n for n, modules in plan["modules"].items()
+                if set(modules) & set(plan["recomputed"])}
+        assert bool(into) == bool(computed)
+        assert all(plan["kinds"][n] == "direct" for n in into)
 
 
 def test_flashinfer_sinks_follow_every_update(models, tmp_path):

@@ -313,7 +313,10 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
                 plan = engine.plan
                 result = None if plan is None else {
                     "report": plan.report, "processed": list(engine.processed),
-                    "refreshed": list(engine.refreshed), "traced": bool(plan.ir),
+                    "refreshed": list(engine.refreshed),
+                    "recomputed": list(engine.recomputed), "traced": bool(plan.ir),
+                    "modules": {n: sorted({w.target.rpartition(".")[0] for w in e.writes})
+                                for n, e in plan.entries.items() if e.writes},
                     "kinds": {n: e.kind for n, e in plan.entries.items()},
                     "nbytes": {n: e.nbytes for n, e in plan.entries.items()},
                     "reasons": {n: e.reason for n, e in plan.entries.items() if e.reason}}

@@ -21,7 +21,7 @@ from ..plan import LoadPlan, ParamMeta
 
 logger = logging.getLogger("loadplan")
 
-FORMAT = 3
+FORMAT = 4
 
 
 def plan_dir(configured: str | None) -> Path:
@@ -82,6 +82,9 @@ class Stored:
     # The attention modules whose processing runs again after each update
     # (processing.refreshed).
     refreshed: tuple[str, ...] = ()
+    # The quantization modules whose processing runs on the live tensors
+    # after each update's direct writes (processing.recompute).
+    recomputed: tuple[str, ...] = ()
 
 
 def paths(directory: Path, key: str) -> tuple[Path, Path]:
@@ -97,7 +100,8 @@ def save(directory: Path, key: str, plan: LoadPlan, stored: Stored) -> Path:
     side = {"format": FORMAT, "key": key, "fingerprint": plan.fingerprint,
             "metadata": stored.metadata, "processed": list(stored.processed),
             "observed": stored.observed, "layer_names": stored.layer_names,
-            "fresh": list(stored.fresh), "refreshed": list(stored.refreshed)}
+            "fresh": list(stored.fresh), "refreshed": list(stored.refreshed),
+            "recomputed": list(stored.recomputed)}
     for path, data in ((plan_path, plan.plan_bytes), (meta_path, json.dumps(side).encode())):
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_bytes(data)
@@ -121,4 +125,4 @@ def stored(directory: Path, key: str, metadata: str) -> Stored | None:
         return None
     return Stored(metadata, tuple(side.get("processed", ())), bool(side.get("observed")),
                   {k: list(v) for k, v in layer_names.items()}, tuple(side.get("fresh", ())),
-                  tuple(side.get("refreshed", ())))
+                  tuple(side.get("refreshed", ())), tuple(side.get("recomputed", ())))

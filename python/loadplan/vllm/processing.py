@@ -44,6 +44,7 @@ from vllm.model_executor.model_loader.reload.utils import (
     get_layer_tensors,
 )
 
+from ..apply import copy_with_torch
 from .info import LOGGER_NAME
 
 logger = init_logger(LOGGER_NAME)
@@ -152,6 +153,95 @@ def refresh(layers: Iterable[torch.nn.Module], dtype: torch.dtype) -> None:
     runs for it last), so that what it derives follows the update."""
     for layer in layers:
         layer.process_weights_after_loading(dtype)
+
+
+def _layouts(tensors: Mapping[str, torch.Tensor]) -> dict[str, tuple]:
+    return {name: (tuple(t.shape), tuple(t.stride()), t.dtype) for name, t in tensors.items()}
+
+
+def layout_difference(layer: torch.nn.Module) -> str | None:
+    """Why ``recompute`` may not run on the layer, or None: it may where its
+    processing is a quantization method's (attention layers' is
+    ``refresh``'s) and its live tensors have its checkpoint format's names,
+    shapes, strides and dtypes (as vLLM recorded the format; buffers it did
+    not record, such as an expert map, stay as they are): then the loader
+    writes into them as into the checkpoint format, and the processing can
+    run on them in place."""
+    if (not isinstance(getattr(layer, "quant_method", None), QuantizeMethodBase)
+            or is_deferred_attention_layer(layer)):
+        return "it is no quantization layer"
+    params, buffers = layerwise.get_layerwise_info(layer).restore_metadata
+    recorded, live = _layouts(params | buffers), _layouts(get_layer_tensors(layer))
+    for name in sorted(recorded.keys() | live.keys()):
+        if name not in live:
+            return f"its processing removes {name}"
+        if name not in recorded:
+            if name in layer._buffers:
+                continue  # state vLLM's reload keeps as it is (an expert map)
+            return f"its processing adds {name}"
+        if recorded[name] != live[name]:
+            (shape, stride, dtype), (shape2, stride2, dtype2) = recorded[name], live[name]
+            return (f"its processing changes {name} from {dtype} {list(shape)} (strides "
+                    f"{list(stride)}) to {dtype2} {list(shape2)} (strides {list(stride2)})")
+    return None
+
+
+def recompute(layers: Iterable[torch.nn.Module], dtype: torch.dtype) -> None:
+    """The receiver's epilogue of layers whose processing computes in place
+    (a requant, a swap of halves, a clamp: what ``Observer`` found to
+    reproduce vLLM's reload): their live tensors hold the update's bytes in
+    the checkpoint format, written directly; this runs the layer's
+    processing on them, as vLLM's reload runs it on the checkpoint format,
+    and puts the results into the same live tensors (vLLM's
+    ``_copy_and_restore_kernel_tensors``): no address changes."""
+    for layer in layers:
+        params, buffers = get_layer_params_buffers(layer)
+        non_persistent = set(layer._non_persistent_buffers_set)
+        _process(layer, dtype)
+        _restore(layer, params, buffers, non_persistent)
+
+
+def _restore(layer: torch.nn.Module, params: dict, buffers: dict, non_persistent: set) -> None:
+    """The values the layer now holds copied into ``params`` and ``buffers``
+    (the tensors it held before), which it holds again."""
+    for name, t in (params | buffers).items():
+        now = getattr(layer, name, None)
+        if now is not None and now is not t:
+            t.data.copy_(now)
+    _place(layer, params, buffers, non_persistent)
+
+
+def recomputes(plan, model: torch.nn.Module, module: str,
+               received: Mapping[str, torch.Tensor], dtype: torch.dtype) -> str | None:
+    """Whether ``recompute`` of ``module`` after an update through ``plan``
+    leaves what vLLM's reload of the same weights left (the layer's live
+    tensors now, after an update that reloaded it): it writes the names of
+    ``received`` (that update's tensors) as the plan's direct writes do into
+    the layer, whose bytes the plan does not cover keeping what the
+    processing left there, runs ``recompute`` and compares. None if it does;
+    else why not. The layer is left as it was either way."""
+    layer = model.get_submodule(module)
+    params, buffers = get_layer_params_buffers(layer)
+    non_persistent = set(layer._non_persistent_buffers_set)
+    targets = {f"{module}.{n}" if module else n for n in params | buffers}
+    names = [name for name, entry in plan.entries.items() if entry.kind == "direct"
+             and any(w.target in targets for w in entry.writes)]
+    missing = [n for n in names if n not in received]
+    if missing:
+        return f"the update did not carry {missing[0]!r} whole"
+    after = _snapshot(layer)
+    try:
+        copy_with_torch(plan, [(n, received[n]) for n in names])
+        recompute([layer], dtype)
+        differ = [n for n, t in get_layer_tensors(layer).items()
+                  if n not in after or not _same_bytes(t, after[n])]
+        return f"it leaves {differ[0]} unlike vLLM's reload" if differ else None
+    except Exception as e:  # noqa: BLE001 - any failure means: reload it
+        return f"it fails in place: {type(e).__name__}: {e}"
+    finally:
+        for n, t in (params | buffers).items():
+            t.data.copy_(after[n])
+        _place(layer, params, buffers, non_persistent)
 
 
 class Reload:
@@ -295,14 +385,14 @@ def _unchanged(before: dict[str, torch.Tensor], layer: torch.nn.Module) -> bool:
     after = {name: t for name, t in get_layer_tensors(layer).items()}
     if set(after) != set(before):
         return False
-    for name, t in after.items():
-        b = before[name]
-        if t.is_meta or t.shape != b.shape or t.dtype != b.dtype or t.stride() != b.stride():
-            return False
-        if t.numel() and not torch.equal(t.detach().reshape(-1).view(torch.uint8),
-                                         b.reshape(-1).view(torch.uint8)):
-            return False
-    return True
+    return not any(t.is_meta or t.stride() != before[name].stride()
+                   or not _same_bytes(t, before[name]) for name, t in after.items())
+
+
+def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and (
+        not a.numel() or torch.equal(a.detach().reshape(-1).view(torch.uint8),
+                                     b.reshape(-1).view(torch.uint8)))
 
 
 class Observer:

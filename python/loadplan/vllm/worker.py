@@ -70,6 +70,9 @@ class LoadplanWeightTransferEngine(
         # Attention modules whose processing runs again after every update
         # (processing.refreshed).
         self.refreshed: list[str] = []
+        # Quantization layers whose processing runs on the live tensors
+        # after every update's direct writes (processing.recompute).
+        self.recomputed: list[str] = []
         # Each processed module's names, and the processed modules vLLM's
         # reload does not load (loaded as a fresh load does).
         self._layer_names: dict[str, list[str]] = {}
@@ -154,6 +157,7 @@ class LoadplanWeightTransferEngine(
                                      for n in self.processed}
                 self._fresh = set(stored.fresh)
                 self.refreshed = list(stored.refreshed)
+                self.recomputed = list(stored.recomputed)
                 self._observer = None
                 how = f"read {path}"
             except (RuntimeError, ValueError, OSError) as e:
@@ -166,6 +170,7 @@ class LoadplanWeightTransferEngine(
             candidates = processing.candidates(self.model)
             self.processed = list(candidates)
             self.refreshed = []  # every candidate is reloaded meanwhile
+            self.recomputed = []
             self._observer = processing.Observer(candidates)
             plan = self._capture(metas, self.processed)
             how = "traced"
@@ -178,33 +183,54 @@ class LoadplanWeightTransferEngine(
         for line in plan.report.splitlines():
             logger.info("%s", line)
 
-    def _refine(self) -> None:
+    def _refine(self, received: dict[str, torch.Tensor]) -> None:
         """After the first update that ran with an assumed plan: plan again
         with only the layers whose processing changed a tensor reloaded,
-        and save it."""
+        and save it. Of those, quantization layers whose processing
+        ``processing.recomputes`` shows to run in place on the update's
+        direct writes (with ``received``, this update's fallbacks: all their
+        names) are written directly and computed after each update."""
         observer, self._observer = self._observer, None
-        processed = observer.processed()
+        changed = observer.processed()
+        why = {n: processing.layout_difference(observer.layers[n]) for n in changed}
+        recomputed = [n for n in changed if why[n] is None]
+        processed = [n for n in changed if n not in recomputed]
         try:
             plan = self._capture(self._metas, processed)
+            if recomputed:
+                with set_current_vllm_config(self.vllm_config), torch.no_grad():
+                    why.update({n: processing.recomputes(plan, self.model, n, received,
+                                                         self.model_config.dtype)
+                                for n in recomputed})
+                if any(why[n] for n in recomputed):
+                    recomputed = [n for n in recomputed if why[n] is None]
+                    processed = [n for n in changed if n not in recomputed]
+                    plan = self._capture(self._metas, processed)
         except RuntimeError as e:
             # The loader takes the checkpoint only through vLLM's reload
             # (into the checkpoint format): keep reloading every processed layer.
             logger.warning("load plan: worker rank %d keeps reloading every processed layer: %s",
                            self.rank, e)
             return
-        self.plan, self.processed = plan, processed
-        self.refreshed = processing.refreshed(observer.layers, processed)
+        for module in processed:
+            logger.info("load plan: worker rank %d reloads %s on every update: its processing "
+                        "cannot run after the update's direct writes: %s", self.rank, module,
+                        why[module])
+        self.plan, self.processed, self.recomputed = plan, processed, recomputed
+        self.refreshed = processing.refreshed(observer.layers, changed)
         key = plans.model_key(self.vllm_config, self.model, self.rank)
         fresh = tuple(n for n in processed if n in self._fresh)
         path = plans.save(plans.plan_dir(self.info.plan_dir), key, plan,
                           plans.Stored(plans.metadata_digest(self._metas), tuple(processed), True,
-                                       self._layer_names, fresh, tuple(self.refreshed)))
+                                       self._layer_names, fresh, tuple(self.refreshed),
+                                       tuple(recomputed)))
         self._drop_receiver()
         self._publish()
-        logger.info("load plan: worker rank %d: vLLM's processing changes %d of %d layers; "
-                    "%d attention layers are processed again after each update; "
-                    "plan saved to %s", self.rank, len(processed), len(observer.layers),
-                    len(self.refreshed), path)
+        logger.info("load plan: worker rank %d: vLLM's processing changes %d of %d layers "
+                    "(%d of them computed in place after each update's direct writes, the "
+                    "others reloaded); %d attention layers are processed again after each "
+                    "update; plan saved to %s", self.rank, len(changed), len(observer.layers),
+                    len(recomputed), len(self.refreshed), path)
         for line in plan.report.splitlines():
             logger.info("%s", line)
 
@@ -277,10 +303,15 @@ class LoadplanWeightTransferEngine(
         self._load_fallbacks(receiver.fallbacks)
         self._refresh()
         if self._observer is not None:
-            self._refine()
+            self._refine(receiver.fallbacks)
 
     def _load_fallbacks(self, fallbacks: dict[str, torch.Tensor]) -> None:
+        """The fallbacks through ``load_weights`` (the reloaded layers' through
+        vLLM's reload), then the recomputed layers' processing, before the
+        reloaded attention layers' (which may read them: MLA's reads
+        ``kv_b_proj``)."""
         if not self.processed and not fallbacks:
+            self._recompute()
             return
         modules = dict(self.model.named_modules())
         layers = {n: modules[n] for n in self.processed}
@@ -298,9 +329,19 @@ class LoadplanWeightTransferEngine(
                 reload.begin()
             try:
                 reload.load(fallbacks)
+                self._recompute()
             finally:
                 if layers:
                     reload.finish(self.model_config)
+
+    def _recompute(self) -> None:
+        """The processing of the layers it computes in place, on the bytes
+        the update wrote into them (processing.recompute)."""
+        if not self.recomputed:
+            return
+        layers = [self.model.get_submodule(n) for n in self.recomputed]
+        with set_current_vllm_config(self.vllm_config), torch.no_grad():
+            processing.recompute(layers, self.model_config.dtype)
 
     def _refresh(self) -> None:
         """Runs the processing of the attention layers that derive state
