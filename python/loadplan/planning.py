@@ -79,6 +79,7 @@ def plan_loads(
     *,
     dump_ir: str | os.PathLike | None = None,
     fallback_modules: dict[str, str] | None = None,
+    fallback_tensors: dict[str, str] | None = None,
 ) -> LoadPlan:
     """Trace ``model.load_weights`` over the declared checkpoint tensors once
     and return where each lands on this rank.
@@ -92,6 +93,8 @@ def plan_loads(
     whose loader copies into a tensor of one of those modules a fallback
     with that reason: for modules whose tensors must be loaded by
     ``load_weights`` (ones an engine processes after loading, say).
+    ``fallback_tensors`` does the same for single tensors (qualified tensor
+    name -> reason).
 
     Raises:
         ValueError: a name is declared twice, or has a dtype no plan holds.
@@ -102,7 +105,8 @@ def plan_loads(
     checks.check_plannable(model)
     metas = declare(metadata)
     t0 = time.perf_counter()
-    captured = capture(model, metas, fallback_modules=fallback_modules)
+    captured = capture(model, metas, fallback_modules=fallback_modules,
+                       fallback_tensors=fallback_tensors)
     traced = time.perf_counter() - t0
 
     dump = dump_ir if dump_ir is not None else os.environ.get("LOADPLAN_DUMP_IR") or None

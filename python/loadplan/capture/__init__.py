@@ -104,6 +104,11 @@ class _TargetGuard(TorchDispatchMode):
         return out
 
 
+def _tensor(model: torch.nn.Module, qualified: str) -> torch.Tensor:
+    module, _, name = qualified.rpartition(".")
+    return getattr(model.get_submodule(module), name)
+
+
 def _own_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
     """The parameters and buffers a module holds itself."""
     tensors = itertools.chain(module.named_parameters(recurse=False),
@@ -217,13 +222,17 @@ def check_claims(model: torch.nn.Module, claimed: list[str], sink: Sink) -> None
 
 
 def capture(model: torch.nn.Module, metadata: Mapping[str, Any] | Iterable[Any], *,
-            fallback_modules: Mapping[str, str] | None = None) -> Capture:
+            fallback_modules: Mapping[str, str] | None = None,
+            fallback_tensors: Mapping[str, str] | None = None) -> Capture:
     """Runs ``model.load_weights`` over one trace per declared name and
     returns the captured IR. ``metadata`` is ``ParamMeta``s in arrival order
     (or a mapping from name to them); ``plan_loads`` checks it first.
     ``fallback_modules``: qualified module name -> reason; a name whose
     loader copies into a parameter or buffer of one of those modules (its
     own, not its submodules') falls back with that reason.
+    ``fallback_tensors``: the same for single tensors (qualified name ->
+    reason); ``Capture.module_names`` lists their names under the tensor's
+    qualified name.
 
     Where ``load_weights`` returns the names of the parameters it loaded
     (as vLLM's models do), each of them must have been written while
@@ -248,6 +257,8 @@ def capture(model: torch.nn.Module, metadata: Mapping[str, Any] | Iterable[Any],
         for prefix, reason in (fallback_modules or {}).items()
         for t in _own_tensors(model.get_submodule(prefix))
     ]
+    flagged += [(_tensor(model, qualified), qualified, reason)
+                for qualified, reason in (fallback_tensors or {}).items()]
     sink = Sink(targets, metas,
                 {storage_key(t): (prefix, reason) for t, prefix, reason in flagged})
     names = list(metas)

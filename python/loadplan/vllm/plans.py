@@ -85,6 +85,9 @@ class Stored:
     # The quantization modules whose processing runs on the live tensors
     # after each update's direct writes (processing.recompute).
     recomputed: tuple[str, ...] = ()
+    # Of those, the tensors loaded into their checkpoint format on each
+    # update, by module (processing.Staged).
+    staged: dict[str, list[str]] = field(default_factory=dict)
 
 
 def paths(directory: Path, key: str) -> tuple[Path, Path]:
@@ -101,7 +104,7 @@ def save(directory: Path, key: str, plan: LoadPlan, stored: Stored) -> Path:
             "metadata": stored.metadata, "processed": list(stored.processed),
             "observed": stored.observed, "layer_names": stored.layer_names,
             "fresh": list(stored.fresh), "refreshed": list(stored.refreshed),
-            "recomputed": list(stored.recomputed)}
+            "recomputed": list(stored.recomputed), "staged": stored.staged}
     for path, data in ((plan_path, plan.plan_bytes), (meta_path, json.dumps(side).encode())):
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_bytes(data)
@@ -120,9 +123,10 @@ def stored(directory: Path, key: str, metadata: str) -> Stored | None:
     if (not plan_path.exists() or side.get("format") != FORMAT or side.get("key") != key
             or side.get("metadata") != metadata):
         return None
-    layer_names = side.get("layer_names", {})
-    if not isinstance(layer_names, dict):
+    layer_names, staged = side.get("layer_names", {}), side.get("staged", {})
+    if not isinstance(layer_names, dict) or not isinstance(staged, dict):
         return None
     return Stored(metadata, tuple(side.get("processed", ())), bool(side.get("observed")),
                   {k: list(v) for k, v in layer_names.items()}, tuple(side.get("fresh", ())),
-                  tuple(side.get("refreshed", ())), tuple(side.get("recomputed", ())))
+                  tuple(side.get("refreshed", ())), tuple(side.get("recomputed", ())),
+                  {k: list(v) for k, v in staged.items()})

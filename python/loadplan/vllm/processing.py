@@ -37,7 +37,12 @@ from vllm.logger import init_logger
 from vllm.model_executor.layers.attention import is_deferred_attention_layer
 from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
 from vllm.model_executor.model_loader.reload import layerwise
-from vllm.model_executor.model_loader.reload.meta import materialize_layer, restore_layer_on_meta
+from vllm.model_executor.model_loader.reload.meta import (
+    materialize_layer,
+    materialize_meta_tensor,
+    restore_layer_on_meta,
+)
+from vllm.model_executor.model_loader.reload.sanitize import restore_layer_refs
 from vllm.model_executor.model_loader.reload.types import LayerReloadingInfo
 from vllm.model_executor.model_loader.reload.utils import (
     get_layer_params_buffers,
@@ -159,44 +164,139 @@ def _layouts(tensors: Mapping[str, torch.Tensor]) -> dict[str, tuple]:
     return {name: (tuple(t.shape), tuple(t.stride()), t.dtype) for name, t in tensors.items()}
 
 
-def layout_difference(layer: torch.nn.Module) -> str | None:
-    """Why ``recompute`` may not run on the layer, or None: it may where its
-    processing is a quantization method's (attention layers' is
-    ``refresh``'s) and its live tensors have its checkpoint format's names,
-    shapes, strides and dtypes (as vLLM recorded the format; buffers it did
-    not record, such as an expert map, stay as they are): then the loader
-    writes into them as into the checkpoint format, and the processing can
-    run on them in place."""
+# The largest share of a layer's bytes that may be staged (below).
+STAGED_SHARE = 0.01
+
+STAGED_REASON = ("vLLM changes the layout of {tensor} after loading; it is loaded into its "
+                 "checkpoint format and processed in place")
+
+
+def in_place(layer: torch.nn.Module) -> tuple[tuple[str, ...], str | None]:
+    """Whether ``recompute`` may run on the layer: ``(staged, None)`` if it
+    may, else ``((), why not)``. It may where its processing is a
+    quantization method's (attention layers' is ``refresh``'s) and its live
+    tensors keep the names, shapes, strides and dtypes vLLM recorded as its
+    checkpoint format (buffers it did not record, such as an expert map,
+    stay as they are): then the loader writes into them as into the
+    checkpoint format, and the processing runs on them in place. Tensors
+    whose layout the processing changes (DeepGEMM's int32 scales on
+    Blackwell) are ``staged`` where they are small (at most
+    ``STAGED_SHARE`` of the layer's bytes): on each update their names
+    are loaded into fresh tensors of the checkpoint format (``Staged``),
+    which the processing turns into the live tensors' values."""
     if (not isinstance(getattr(layer, "quant_method", None), QuantizeMethodBase)
             or is_deferred_attention_layer(layer)):
-        return "it is no quantization layer"
+        return (), "it is no quantization layer"
     params, buffers = layerwise.get_layerwise_info(layer).restore_metadata
-    recorded, live = _layouts(params | buffers), _layouts(get_layer_tensors(layer))
-    for name in sorted(recorded.keys() | live.keys()):
+    recorded = params | buffers
+    layouts, live = _layouts(recorded), _layouts(get_layer_tensors(layer))
+    staged = []
+    for name in sorted(layouts.keys() | live.keys()):
         if name not in live:
-            return f"its processing removes {name}"
-        if name not in recorded:
+            return (), f"its processing removes {name}"
+        if name not in layouts:
             if name in layer._buffers:
                 continue  # state vLLM's reload keeps as it is (an expert map)
-            return f"its processing adds {name}"
-        if recorded[name] != live[name]:
-            (shape, stride, dtype), (shape2, stride2, dtype2) = recorded[name], live[name]
-            return (f"its processing changes {name} from {dtype} {list(shape)} (strides "
-                    f"{list(stride)}) to {dtype2} {list(shape2)} (strides {list(stride2)})")
-    return None
+            return (), f"its processing adds {name}"
+        if layouts[name] != live[name]:
+            staged.append(name)
+    nbytes = {n: t.numel() * t.element_size() for n, t in recorded.items()}
+    share = sum(nbytes[n] for n in staged) / max(1, sum(nbytes.values()))
+    if share > STAGED_SHARE:
+        name = max(staged, key=nbytes.__getitem__)
+        (shape, stride, dtype), (shape2, stride2, dtype2) = layouts[name], live[name]
+        return (), (f"its processing changes {name} from {dtype} {list(shape)} (strides "
+                    f"{list(stride)}) to {dtype2} {list(shape2)} (strides {list(stride2)}), "
+                    f"{share:.0%} of the layer's bytes")
+    return tuple(staged), None
 
 
-def recompute(layers: Iterable[torch.nn.Module], dtype: torch.dtype) -> None:
+def staged_reasons(staged: Mapping[str, Iterable[str]]) -> dict[str, str]:
+    """The fallback reason of the names of each staged tensor (qualified)."""
+    return {f"{m}.{n}" if m else n: STAGED_REASON.format(tensor=f"{m}.{n}" if m else n)
+            for m, names in staged.items() for n in names}
+
+
+@contextlib.contextmanager
+def staged_format(layers: Mapping[str, torch.nn.Module],
+                  staged: Mapping[str, Iterable[str]]) -> Iterator[None]:
+    """The staged tensors of the layers in their checkpoint format on the
+    meta device (the layers' other tensors live), and back afterwards: for
+    tracing the loader, which then writes them through ``load_weights``."""
+    saved = []
+    try:
+        for module, names in staged.items():
+            names = list(names)
+            if not names:
+                continue
+            layer = layers[module]
+            recorded = _recorded_tensors(layer)
+            saved.append((layer, get_layer_params_buffers(layer),
+                          set(layer._non_persistent_buffers_set)))
+            for name in names:
+                setattr(layer, name, restore_layer_refs(recorded[name], layer))
+        yield
+    finally:
+        for layer, (params, buffers), non_persistent in saved:
+            _place(layer, params, buffers, non_persistent)
+
+
+def _recorded_tensors(layer: torch.nn.Module) -> dict[str, torch.Tensor]:
+    params, buffers = _checkpoint_info(layer).restore_metadata
+    return params | buffers
+
+
+class Staged:
+    """An update's staged tensors (``in_place``): while it is entered, each
+    staged tensor of ``layers`` is a fresh zeroed tensor in its checkpoint
+    format, which the update's ``load_weights`` loads into;
+    ``recompute(..., staged=this)`` then puts the processed values into the
+    live tensors, which the layers hold again on leaving, whatever
+    happened."""
+
+    def __init__(self, layers: Mapping[str, torch.nn.Module],
+                 staged: Mapping[str, Iterable[str]]):
+        self.layers = layers
+        self.staged = {m: list(n) for m, n in staged.items() if n}
+        self.kernel: dict[int, tuple[dict, dict, set]] = {}
+
+    def __enter__(self) -> Staged:
+        for module, names in self.staged.items():
+            layer = self.layers[module]
+            params, buffers = get_layer_params_buffers(layer)
+            self.kernel[id(layer)] = (params, buffers, set(layer._non_persistent_buffers_set))
+            info = _checkpoint_info(layer)
+            recorded = _recorded_tensors(layer)
+            with info.restore_device:
+                for name in names:
+                    t = materialize_meta_tensor(restore_layer_refs(recorded[name], layer))
+                    t.data.zero_()
+                    setattr(layer, name, t)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for module in self.staged:
+            layer = self.layers[module]
+            kernel = self.kernel.pop(id(layer), None)
+            if kernel is not None:
+                _place(layer, *kernel)
+
+
+def recompute(layers: Iterable[torch.nn.Module], dtype: torch.dtype,
+              staged: Staged | None = None) -> None:
     """The receiver's epilogue of layers whose processing computes in place
     (a requant, a swap of halves, a clamp: what ``Observer`` found to
     reproduce vLLM's reload): their live tensors hold the update's bytes in
     the checkpoint format, written directly; this runs the layer's
     processing on them, as vLLM's reload runs it on the checkpoint format,
     and puts the results into the same live tensors (vLLM's
-    ``_copy_and_restore_kernel_tensors``): no address changes."""
+    ``_copy_and_restore_kernel_tensors``): no address changes. With
+    ``staged``, the layers it staged hold their staged tensors."""
     for layer in layers:
-        params, buffers = get_layer_params_buffers(layer)
-        non_persistent = set(layer._non_persistent_buffers_set)
+        kernel = staged.kernel.get(id(layer)) if staged is not None else None
+        if kernel is None:
+            kernel = (*get_layer_params_buffers(layer), set(layer._non_persistent_buffers_set))
+        params, buffers, non_persistent = kernel
         _process(layer, dtype)
         _restore(layer, params, buffers, non_persistent)
 
@@ -211,28 +311,49 @@ def _restore(layer: torch.nn.Module, params: dict, buffers: dict, non_persistent
     _place(layer, params, buffers, non_persistent)
 
 
-def recomputes(plan, model: torch.nn.Module, module: str,
-               received: Mapping[str, torch.Tensor], dtype: torch.dtype) -> str | None:
+class Writers:
+    """A plan's names by the target their direct writes go into, and its
+    fallbacks by reason (one pass over the plan)."""
+
+    def __init__(self, plan):
+        self.direct: dict[str, list[str]] = {}
+        self.by_reason: dict[str, list[str]] = {}
+        for name, entry in plan.entries.items():
+            if entry.kind == "direct":
+                for target in dict.fromkeys(w.target for w in entry.writes):
+                    self.direct.setdefault(target, []).append(name)
+            elif entry.reason is not None:
+                self.by_reason.setdefault(entry.reason, []).append(name)
+
+
+def recomputes(plan, writers: Writers, model: torch.nn.Module, module: str,
+               staged: Iterable[str], received: Mapping[str, torch.Tensor],
+               dtype: torch.dtype, load_weights: Callable[[list], object]) -> str | None:
     """Whether ``recompute`` of ``module`` after an update through ``plan``
     leaves what vLLM's reload of the same weights left (the layer's live
     tensors now, after an update that reloaded it): it writes the names of
     ``received`` (that update's tensors) as the plan's direct writes do into
     the layer, whose bytes the plan does not cover keeping what the
-    processing left there, runs ``recompute`` and compares. None if it does;
-    else why not. The layer is left as it was either way."""
+    processing left there, loads the names of its ``staged`` tensors into
+    them (``Staged``, ``load_weights``), runs ``recompute`` and compares.
+    None if it does; else why not. The layer is left as it was either way."""
     layer = model.get_submodule(module)
     params, buffers = get_layer_params_buffers(layer)
     non_persistent = set(layer._non_persistent_buffers_set)
     targets = {f"{module}.{n}" if module else n for n in params | buffers}
-    names = [name for name, entry in plan.entries.items() if entry.kind == "direct"
-             and any(w.target in targets for w in entry.writes)]
-    missing = [n for n in names if n not in received]
+    names = list(dict.fromkeys(n for t in sorted(targets) for n in writers.direct.get(t, ())))
+    loaded = [n for r in staged_reasons({module: staged}).values()
+              for n in writers.by_reason.get(r, ())]
+    missing = [n for n in names + loaded if n not in received]
     if missing:
         return f"the update did not carry {missing[0]!r} whole"
     after = _snapshot(layer)
     try:
         copy_with_torch(plan, [(n, received[n]) for n in names])
-        recompute([layer], dtype)
+        with Staged({module: layer}, {module: staged}) as staging:
+            if loaded:
+                load_weights([(n, received[n]) for n in loaded])
+            recompute([layer], dtype, staging)
         differ = [n for n, t in get_layer_tensors(layer).items()
                   if n not in after or not _same_bytes(t, after[n])]
         return f"it leaves {differ[0]} unlike vLLM's reload" if differ else None

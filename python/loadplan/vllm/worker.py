@@ -73,6 +73,9 @@ class LoadplanWeightTransferEngine(
         # Quantization layers whose processing runs on the live tensors
         # after every update's direct writes (processing.recompute).
         self.recomputed: list[str] = []
+        # Of those, the tensors loaded into their checkpoint format on each
+        # update (processing.Staged), by module.
+        self.staged: dict[str, list[str]] = {}
         # Each processed module's names, and the processed modules vLLM's
         # reload does not load (loaded as a fresh load does).
         self._layer_names: dict[str, list[str]] = {}
@@ -124,17 +127,22 @@ class LoadplanWeightTransferEngine(
                              "(names, dtype_names, shapes)")
         return self._metas
 
-    def _capture(self, metas: list[ParamMeta], processed: list[str]) -> LoadPlan:
+    def _capture(self, metas: list[ParamMeta], processed: list[str],
+                 staged: dict[str, list[str]] | None = None) -> LoadPlan:
         modules = dict(self.model.named_modules())
+        staged = staged or {}
         with set_current_vllm_config(self.vllm_config), \
-                processing.checkpoint_format([modules[n] for n in processed]):
-            plan = plan_loads(self.model, metas, fallback_modules=processing.reasons(processed))
+                processing.checkpoint_format([modules[n] for n in processed]), \
+                processing.staged_format(modules, staged):
+            plan = plan_loads(self.model, metas, fallback_modules=processing.reasons(processed),
+                              fallback_tensors=processing.staged_reasons(staged))
         self._layer_names = {n: plan.capture.module_names.get(n, []) for n in processed}
         return plan
 
-    def _load(self, path, processed: list[str]) -> LoadPlan:
+    def _load(self, path, processed: list[str], staged: dict[str, list[str]]) -> LoadPlan:
         modules = dict(self.model.named_modules())
-        with processing.checkpoint_format([modules[n] for n in processed]):
+        with processing.checkpoint_format([modules[n] for n in processed]), \
+                processing.staged_format(modules, staged):
             return LoadPlan.load(path, self.model)
 
     def _ensure_plan(self, metas: list[ParamMeta]) -> None:
@@ -149,7 +157,8 @@ class LoadplanWeightTransferEngine(
         if stored is not None and stored.observed:
             path, _ = plans.paths(directory, key)
             try:
-                plan = self._load(path, list(stored.processed))
+                staged = {m: list(n) for m, n in stored.staged.items()}
+                plan = self._load(path, list(stored.processed), staged)
                 # The sidecar says so; the plan file must too.
                 plan.check_checkpoint(metas)
                 self.processed = list(stored.processed)
@@ -158,6 +167,7 @@ class LoadplanWeightTransferEngine(
                 self._fresh = set(stored.fresh)
                 self.refreshed = list(stored.refreshed)
                 self.recomputed = list(stored.recomputed)
+                self.staged = staged
                 self._observer = None
                 how = f"read {path}"
             except (RuntimeError, ValueError, OSError) as e:
@@ -171,6 +181,7 @@ class LoadplanWeightTransferEngine(
             self.processed = list(candidates)
             self.refreshed = []  # every candidate is reloaded meanwhile
             self.recomputed = []
+            self.staged = {}
             self._observer = processing.Observer(candidates)
             plan = self._capture(metas, self.processed)
             how = "traced"
@@ -192,20 +203,24 @@ class LoadplanWeightTransferEngine(
         names) are written directly and computed after each update."""
         observer, self._observer = self._observer, None
         changed = observer.processed()
-        why = {n: processing.layout_difference(observer.layers[n]) for n in changed}
+        found = {n: processing.in_place(observer.layers[n]) for n in changed}
+        why = {n: reason for n, (_, reason) in found.items()}
         recomputed = [n for n in changed if why[n] is None]
+        staged = {n: list(found[n][0]) for n in recomputed if found[n][0]}
         processed = [n for n in changed if n not in recomputed]
         try:
-            plan = self._capture(self._metas, processed)
+            plan = self._capture(self._metas, processed, staged)
             if recomputed:
+                writers = processing.Writers(plan)
                 with set_current_vllm_config(self.vllm_config), torch.no_grad():
-                    why.update({n: processing.recomputes(plan, self.model, n, received,
-                                                         self.model_config.dtype)
-                                for n in recomputed})
+                    why.update({n: processing.recomputes(
+                        plan, writers, self.model, n, staged.get(n, ()), received,
+                        self.model_config.dtype, self._load_weights) for n in recomputed})
                 if any(why[n] for n in recomputed):
                     recomputed = [n for n in recomputed if why[n] is None]
+                    staged = {n: s for n, s in staged.items() if n in recomputed}
                     processed = [n for n in changed if n not in recomputed]
-                    plan = self._capture(self._metas, processed)
+                    plan = self._capture(self._metas, processed, staged)
         except RuntimeError as e:
             # The loader takes the checkpoint only through vLLM's reload
             # (into the checkpoint format): keep reloading every processed layer.
@@ -217,13 +232,14 @@ class LoadplanWeightTransferEngine(
                         "cannot run after the update's direct writes: %s", self.rank, module,
                         why[module])
         self.plan, self.processed, self.recomputed = plan, processed, recomputed
+        self.staged = staged
         self.refreshed = processing.refreshed(observer.layers, changed)
         key = plans.model_key(self.vllm_config, self.model, self.rank)
         fresh = tuple(n for n in processed if n in self._fresh)
         path = plans.save(plans.plan_dir(self.info.plan_dir), key, plan,
                           plans.Stored(plans.metadata_digest(self._metas), tuple(processed), True,
                                        self._layer_names, fresh, tuple(self.refreshed),
-                                       tuple(recomputed)))
+                                       tuple(recomputed), staged))
         self._drop_receiver()
         self._publish()
         logger.info("load plan: worker rank %d: vLLM's processing changes %d of %d layers "
@@ -315,33 +331,35 @@ class LoadplanWeightTransferEngine(
             return
         modules = dict(self.model.named_modules())
         layers = {n: modules[n] for n in self.processed}
-
-        def load_weights(pairs: list) -> None:
-            with disable_mtp_completeness_check():
-                self.model.load_weights(pairs)
-
         reload = processing.Reload(self.model, layers, self._layer_names, self._fresh,
-                                   load_weights, self.model_config.dtype)
+                                   self._load_weights, self.model_config.dtype)
         observer = self._observer if layers else None
+        staged = processing.Staged({n: self.model.get_submodule(n) for n in self.staged},
+                                   self.staged)
         with set_current_vllm_config(self.vllm_config), torch.no_grad(), \
                 observer if observer is not None else contextlib.nullcontext():
             if layers:
                 reload.begin()
             try:
-                reload.load(fallbacks)
-                self._recompute()
+                with staged:
+                    reload.load(fallbacks)
+                    self._recompute(staged)
             finally:
                 if layers:
                     reload.finish(self.model_config)
 
-    def _recompute(self) -> None:
+    def _load_weights(self, pairs: list) -> None:
+        with disable_mtp_completeness_check():
+            self.model.load_weights(pairs)
+
+    def _recompute(self, staged: processing.Staged | None = None) -> None:
         """The processing of the layers it computes in place, on the bytes
         the update wrote into them (processing.recompute)."""
         if not self.recomputed:
             return
         layers = [self.model.get_submodule(n) for n in self.recomputed]
         with set_current_vllm_config(self.vllm_config), torch.no_grad():
-            processing.recompute(layers, self.model_config.dtype)
+            processing.recompute(layers, self.model_config.dtype, staged)
 
     def _refresh(self) -> None:
         """Runs the processing of the attention layers that derive state
