@@ -105,13 +105,14 @@ def test_steered_updates_equal_a_fresh_load_and_vllms_own_reload(models, tmp_pat
         assert all(plan["kinds"][n] == "direct" for n in into)
         # What the processing changes the layout of (DeepGEMM's int32
         # scales on Blackwell) is loaded into its checkpoint format on each
-        # update; every weight is written directly.
+        # update; every weight is written directly (or, with expert
+        # parallelism, not needed on this rank).
         staged = {n for n, r in fallbacks.items() if r.startswith("vLLM changes the layout of ")}
         assert set(fallbacks) == set(reloads) | staged, fallbacks
         expect = {n for n in plan["kinds"] if n.endswith("weight_scale_inv")} \
             if "scales int32" in taken[0] else set()
         assert staged == expect, staged
-        assert all(plan["kinds"][n] == "direct" for n in plan["kinds"]
+        assert all(plan["kinds"][n] != "fallback" for n in plan["kinds"]
                    if n.endswith("proj.weight")), plan["report"]
 
 
