@@ -176,7 +176,7 @@ def in_place(layer: torch.nn.Module) -> tuple[tuple[str, ...], str | None]:
     may, else ``((), why not)``. It may where its processing is a
     quantization method's (attention layers' is ``refresh``'s) and its live
     tensors keep the names, shapes, strides and dtypes vLLM recorded as its
-    checkpoint format (buffers it did not record, such as an expert map,
+    checkpoint format (tensors it did not record, such as an expert map,
     stay as they are): then the loader writes into them as into the
     checkpoint format, and the processing runs on them in place. Tensors
     whose layout the processing changes (DeepGEMM's int32 scales on
@@ -195,9 +195,11 @@ def in_place(layer: torch.nn.Module) -> tuple[tuple[str, ...], str | None]:
         if name not in live:
             return (), f"its processing removes {name}"
         if name not in layouts:
-            if name in layer._buffers:
-                continue  # state vLLM's reload keeps as it is (an expert map)
-            return (), f"its processing adds {name}"
+            # Not of the checkpoint format vLLM recorded (an expert map, a
+            # correction bias the router shares): vLLM's reload leaves it as
+            # it is, and so does ``recompute``; ``recomputes`` checks that
+            # the processing agrees.
+            continue
         if layouts[name] != live[name]:
             staged.append(name)
     nbytes = {n: t.numel() * t.element_size() for n, t in recorded.items()}
