@@ -126,6 +126,41 @@ def _place(layer: torch.nn.Module, params: dict, buffers: dict, non_persistent: 
         layer.register_buffer(name, buffer, persistent=name not in non_persistent)
 
 
+def needs_first_load(layer: torch.nn.Module) -> bool:
+    """Whether the layer's processing gives its live tensors' shapes only at
+    a first load: its quantization method keeps a fused-MoE kernel built
+    then (``moe_kernel``), and its live tensors' shapes differ from the
+    checkpoint format's. vLLM's MoE methods run their shape-changing steps
+    (the CPU experts' zero padding of the intermediate to a multiple of 32)
+    only while they have no kernel, so vLLM's reload of such a layer fails
+    ("The size of tensor a (128) must match the size of tensor b (96)")."""
+    method = getattr(layer, "quant_method", None)
+    if getattr(method, "moe_kernel", None) is None:
+        return False
+    params, buffers = layerwise.get_layerwise_info(layer).restore_metadata
+    live = get_layer_tensors(layer)
+    return any(name in live and tuple(t.shape) != tuple(live[name].shape)
+               for name, t in (params | buffers).items())
+
+
+@contextlib.contextmanager
+def _first_load(layer: torch.nn.Module) -> Iterator[None]:
+    """The layer's processing as at a first load: its method's fused-MoE
+    kernel and quant config set aside (the processing builds new ones, and
+    runs the kernel's own processing), then put back, so that the kernel
+    the engine runs stays the one it has."""
+    method = getattr(layer, "quant_method", None)
+    saved = {a: getattr(method, a) for a in ("moe_kernel", "moe_quant_config")
+             if getattr(method, a, None) is not None}
+    for a in saved:
+        setattr(method, a, None)
+    try:
+        yield
+    finally:
+        for a, v in saved.items():
+            setattr(method, a, v)
+
+
 def _process(layer: torch.nn.Module, dtype: torch.dtype) -> None:
     """A layer's post-load processing as vLLM's loader runs it: its
     quantization method's, then an attention layer's own."""
@@ -386,6 +421,9 @@ class Reload:
         self.layers = dict(layers)
         self.layer_names = {n: list(layer_names.get(n, ())) for n in self.layers}
         self.fresh = fresh  # shared with the caller: what joins it stays
+        # vLLM's reload fails on these: loaded as a first load processes them.
+        self.first_load = {n for n, layer in self.layers.items() if needs_first_load(layer)}
+        fresh |= self.first_load
         self.load_weights = load_weights
         self.dtype = dtype
         self._begun: list[str] = []
@@ -460,9 +498,12 @@ class Reload:
             made.append((layer, own))
         names = dict.fromkeys(n for name in group for n in self.layer_names[name])
         self.load_weights([(n, fallbacks[n]) for n in names if n in fallbacks])
-        for layer, own in made:
+        for name, (layer, own) in zip(group, made):
             if is_deferred_attention_layer(layer):
                 self._pending.append((layer, own))
+            elif name in self.first_load:
+                with _first_load(layer):
+                    _finish_fresh(layer, own, self.dtype)
             else:
                 _finish_fresh(layer, own, self.dtype)
 
