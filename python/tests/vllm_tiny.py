@@ -278,6 +278,12 @@ def build(directory: str | os.PathLike, *, tp_size: int = 1, rank: int = 0,
         else AttentionConfig())
     # What vLLM's worker sets: this rank's place in the parallel layout.
     vllm_config.parallel_config.rank = rank
+    # vLLM caches rotary embeddings across models; several models in one
+    # process (the engine's, its references) each get their own, so that a
+    # reload of one (vLLM's, which may fail halfway) leaves the others be.
+    from vllm.model_executor.layers import rotary_embedding
+
+    rotary_embedding._ROPE_DICT.clear()
     with set_current_vllm_config(vllm_config), set_default_torch_dtype(dtype):
         model = initialize_model(vllm_config=vllm_config)
     return vllm_config, model
