@@ -104,6 +104,19 @@ def metadata(spec: Spec, variant: str | None = None):
     return out
 
 
+def fp8_patterns(spec: Spec) -> tuple[str, ...]:
+    """What the trainer of an fp8 engine quantizes: ``tiny.FP8_WEIGHTS``'s
+    patterns that match a name of its checkpoint (the backend refuses one
+    that matches none)."""
+    import vllm_tiny as tiny
+    from fnmatch import fnmatchcase
+
+    if not spec.fp8:
+        return ()
+    names = [m.name for m in metadata(spec)]
+    return tuple(p for p in tiny.FP8_WEIGHTS if any(fnmatchcase(n, p) for n in names))
+
+
 def weights(spec: Spec, round_: int, variant: str | None = None) -> list[tuple[str, torch.Tensor]]:
     """The checkpoint of round ``round_`` as the engine serves it (an fp8
     engine's weights quantized as ``quantize_blocks`` does), as a trainer
@@ -392,7 +405,7 @@ def trainer_main(conn, spec: Spec, rank: int, worker_conns) -> None:
             rank=rank, master_address="127.0.0.1", master_port=spec.master_port,
             world_size=spec.trainers + spec.tp, num_trainer_ranks=spec.trainers,
             engine=spec.engine, atomic=spec.atomic, timeout=spec.timeout,
-            plan_dir=spec.plan_dir, quantize_fp8=(tiny.FP8_WEIGHTS,) if spec.fp8 else ())
+            plan_dir=spec.plan_dir, quantize_fp8=fp8_patterns(spec))
         engine = WeightTransferTrainerFactory.trainer_init(info, client=client, source=source)
         conn.send(("ok", type(engine).__name__))
     except BaseException:

@@ -56,7 +56,9 @@ def use_cpu_platform() -> None:
 _MOE_PREPACK: list[str] = []
 _LIBRARIES: list = []  # the stand-ins' registrations, kept alive with the process
 FP8_BLOCK = (128, 128)
-FP8_WEIGHTS = "model.layers.*_proj.weight"  # what save(fp8=True) quantizes
+# What save(fp8=True) quantizes: every linear of the decoder layers
+# (DeepSeek's kv_a_proj_with_mqa too, which vLLM fuses with q_a_proj).
+FP8_WEIGHTS = ("model.layers.*_proj.weight", "model.layers.*_proj_with_mqa.weight")
 
 
 def _fp8_kernels() -> None:
@@ -102,9 +104,16 @@ def cpu_kernels(moe_prepack: str = "identity", *, fp8: bool = False) -> None:
     _LIBRARIES.append(lib)
 
 
+# DeepSeek-V3's MLA sizes (q LoRA, kv LoRA, rope, nope, v head dims) where
+# every block-fp8 linear meets DeepGEMM's shapes (N % 64, K % 128).
+MLA_FP8 = (128, 128, 64, 16, 32)
+
+
 def hf_config(family: str, *, layers: int = 2, experts: int = 4, hidden: int = 64,
-              intermediate: int = 128, heads: int = 4, kv_heads: int = 2, vocab: int = 256):
-    """A tiny transformers config of ``family``."""
+              intermediate: int = 128, heads: int = 4, kv_heads: int = 2, vocab: int = 256,
+              mla: tuple[int, int, int, int, int] = (32, 16, 8, 16, 16)):
+    """A tiny transformers config of ``family``; ``mla``: DeepSeek-V3's q
+    LoRA, kv LoRA, rope, nope and v head dims."""
     import transformers
 
     common = dict(hidden_size=hidden, intermediate_size=intermediate,
@@ -143,9 +152,9 @@ def hf_config(family: str, *, layers: int = 2, experts: int = 4, hidden: int = 6
         return transformers.DeepseekV3Config(
             **{**common, "num_key_value_heads": heads}, moe_intermediate_size=intermediate // 2,
             n_routed_experts=experts, num_experts_per_tok=2, n_shared_experts=1,
-            first_k_dense_replace=1, q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16,
-            qk_rope_head_dim=8, v_head_dim=16, n_group=1, topk_group=1,
-            topk_method="noaux_tc", scoring_func="sigmoid")
+            first_k_dense_replace=1, q_lora_rank=mla[0], kv_lora_rank=mla[1],
+            qk_rope_head_dim=mla[2], qk_nope_head_dim=mla[3], v_head_dim=mla[4], n_group=1,
+            topk_group=1, topk_method="noaux_tc", scoring_func="sigmoid")
     if family == "bloom":  # fused query_key_value, laid out per head (q, k, v of each)
         return transformers.BloomConfig(hidden_size=hidden, n_layer=layers, n_head=heads,
                                         vocab_size=vocab)  # tied, as Bloom ships
@@ -187,7 +196,7 @@ def fp8_quantized(name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tens
 
     from loadplan.transfer import quantize_blocks
 
-    if tensor.dim() != 2 or not fnmatchcase(name, FP8_WEIGHTS):
+    if tensor.dim() != 2 or not any(fnmatchcase(name, p) for p in FP8_WEIGHTS):
         return [(name, tensor)]
     q, scale = quantize_blocks(tensor, torch.float8_e4m3fn, FP8_BLOCK)
     return [(name, q), (name + "_scale_inv", scale)]
