@@ -8,9 +8,16 @@ loads into it, runs the processing and copies the result into the live
 (kernel-format) tensors.
 
 A layer whose processing leaves every tensor as loaded gains nothing from
-that round trip: its names are written in place. Every other layer is
-reloaded on every update, for that layer only (``Reload``): through vLLM's
-layerwise reload where it can, and as a fresh load does where it cannot.
+that round trip: its names are written in place. A quantization layer
+whose processing keeps its tensors' checkpoint layout (a requant, a swap, a
+clamp, an in-place permutation) has its names written in place too, and
+its processing runs on the live tensors after each update (``recompute``;
+small tensors whose layout it changes are ``Staged``), once
+``recomputes`` showed that this gives what vLLM's reload gives. Every
+other layer is reloaded on every update, for that layer only (``Reload``):
+through vLLM's layerwise reload where it can, and as a fresh load does
+where it cannot (or as a first load does, where vLLM's MoE methods change
+shapes only then: ``needs_first_load``).
 vLLM's reload notices that a layer's weights arrived only through the
 weight loaders it wraps; a loader that copies around them (gpt-oss's
 experts) leaves the layer with its old weights there, and vLLM logs "Failed
