@@ -100,6 +100,11 @@ def test_steered_updates_equal_a_fresh_load_and_vllms_own_reload(models, tmp_pat
     finally:
         cluster.close()
     for plan in plans:
+        # The saved plan's key names the kernels and backends the steered
+        # processing chose: a plan made under other choices is not reused.
+        chosen = [line.split(" (")[0].split(":")[0] for line in taken]
+        signature = " ".join(plan["signature"])
+        assert all(c.split()[-1] in signature for c in chosen), (chosen, plan["signature"])
         # The layers whose steered processing changes a tensor are reloaded
         # on every update (their names are fallbacks) or computed in place
         # (their names direct), as the scenario says.

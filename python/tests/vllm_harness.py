@@ -339,11 +339,14 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
             elif method == "last_error":
                 result, last_error = last_error, None
             elif method == "plan":
+                from loadplan.vllm.plans import processing_signature
+
                 plan = engine.plan
                 result = None if plan is None else {
                     "report": plan.report, "processed": list(engine.processed),
                     "refreshed": list(engine.refreshed),
                     "recomputed": list(engine.recomputed), "traced": bool(plan.ir),
+                    "signature": processing_signature(model),
                     "modules": {n: sorted({w.target.rpartition(".")[0] for w in e.writes})
                                 for n, e in plan.entries.items() if e.writes},
                     "kinds": {n: e.kind for n, e in plan.entries.items()},

@@ -40,9 +40,45 @@ def metadata_digest(metas: Sequence[ParamMeta]) -> str:
     return h.hexdigest()
 
 
+def processing_signature(model: torch.nn.Module) -> list[str]:
+    """The choices that decide what vLLM's processing does to the model's
+    layers, which a plan's processed, computed and staged layers follow:
+    each kind of quantization method with the kernel classes and backends
+    it chose (DeepGEMM's or another fp8 linear kernel, the fused-MoE
+    backend and experts), whether DeepGEMM uses UE8M0 scales, and the
+    device's capability."""
+    import enum
+
+    kinds = set()
+    for module in model.modules():
+        method = getattr(module, "quant_method", None)
+        if method is None:
+            continue
+        parts = [f"{type(method).__module__}.{type(method).__qualname__}"]
+        for attr, value in sorted(vars(method).items()):
+            if isinstance(value, enum.Enum):
+                parts.append(f"{attr}={value}")
+            elif isinstance(value, type):
+                parts.append(f"{attr}={value.__qualname__}")
+            elif type(value).__name__.endswith(("Kernel", "Experts")):
+                parts.append(f"{attr}={type(value).__qualname__}")
+        kinds.add(" ".join(parts))
+    out = sorted(kinds)
+    try:
+        from vllm.platforms import current_platform
+        from vllm.utils.deep_gemm import is_deep_gemm_e8m0_used
+
+        out.append(f"capability={current_platform.get_device_capability()}")
+        out.append(f"deep_gemm_e8m0={is_deep_gemm_e8m0_used()}")
+    except Exception as e:  # noqa: BLE001 - a platform that cannot say
+        out.append(f"platform: {type(e).__name__}")
+    return out
+
+
 def model_key(vllm_config, model: torch.nn.Module, worker_rank: int) -> str:
     """What makes two workers' plans interchangeable: the model class and
     its config, dtype, the parallel layout and this worker's place in it,
+    what vLLM's processing chose for its layers (``processing_signature``),
     and the versions of vLLM and loadplan."""
     import vllm
 
@@ -63,6 +99,7 @@ def model_key(vllm_config, model: torch.nn.Module, worker_rank: int) -> str:
         "rank": parallel.rank,
         "dp_index": getattr(parallel, "data_parallel_index", 0),
         "worker": worker_rank,
+        "processing": processing_signature(model),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
