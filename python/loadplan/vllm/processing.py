@@ -310,7 +310,8 @@ class Staged:
             params, buffers = get_layer_params_buffers(layer)
             self.kernel[id(layer)] = (params, buffers, set(layer._non_persistent_buffers_set))
             info = _checkpoint_info(layer)
-            recorded = _recorded_tensors(layer)
+            params, buffers = info.restore_metadata
+            recorded = params | buffers
             with info.restore_device:
                 for name in names:
                     t = materialize_meta_tensor(restore_layer_refs(recorded[name], layer))
@@ -329,7 +330,7 @@ class Staged:
 def recompute(layers: Iterable[torch.nn.Module], dtype: torch.dtype,
               staged: Staged | None = None) -> None:
     """The receiver's epilogue of layers whose processing computes in place
-    (a requant, a swap of halves, a clamp: what ``Observer`` found to
+    (a requant, a swap of halves, a clamp: what ``recomputes`` showed to
     reproduce vLLM's reload): their live tensors hold the update's bytes in
     the checkpoint format, written directly; this runs the layer's
     processing on them, as vLLM's reload runs it on the checkpoint format,
