@@ -9,13 +9,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import torch
 
 from . import _native, _runtime, checks
-from .capture import Capture, capture
+from .capture import Capture, Redirect, Targets, capture
 from .plan import LoadPlan, ParamMeta, PlanError, declare, log_report
 
 logger = logging.getLogger("loadplan")
@@ -80,6 +80,8 @@ def plan_loads(
     dump_ir: str | os.PathLike | None = None,
     fallback_modules: dict[str, str] | None = None,
     fallback_tensors: dict[str, str] | None = None,
+    targets: Targets | None = None,
+    redirects: Mapping[int, Redirect] | None = None,
 ) -> LoadPlan:
     """Trace ``model.load_weights`` over the declared checkpoint tensors once
     and return where each lands on this rank.
@@ -94,7 +96,8 @@ def plan_loads(
     with that reason: for modules whose tensors must be loaded by
     ``load_weights`` (ones an engine processes after loading, say).
     ``fallback_tensors`` does the same for single tensors (qualified tensor
-    name -> reason).
+    name -> reason). ``targets`` and ``redirects``: as ``capture`` takes
+    them (copies into tensors that stand in for others).
 
     Raises:
         ValueError: a name is declared twice, or has a dtype no plan holds.
@@ -106,7 +109,7 @@ def plan_loads(
     metas = declare(metadata)
     t0 = time.perf_counter()
     captured = capture(model, metas, fallback_modules=fallback_modules,
-                       fallback_tensors=fallback_tensors)
+                       fallback_tensors=fallback_tensors, targets=targets, redirects=redirects)
     traced = time.perf_counter() - t0
 
     dump = dump_ir if dump_ir is not None else os.environ.get("LOADPLAN_DUMP_IR") or None

@@ -6,10 +6,12 @@ scenario. Each scenario checks that the path was taken (the kernel class,
 the backend enum, the tensors' dtypes and shapes after processing), and
 that every update equals, byte for byte, a model freshly loaded under the
 same steering, and vLLM's own reload of it. A layer whose processing
-changes a tensor is either computed in place (its names written directly
-in the checkpoint format, which its live tensors keep, and its processing
-run on them after the update) or, where its live tensors have another
-layout, reloaded through vLLM's layerwise reload (its names fallbacks)."""
+changes a tensor is either rearranged (its processing only moves
+elements: its names written directly to where the processing puts them,
+a clamp run after the update), computed in place (its names written
+directly in the checkpoint format, which its live tensors keep, and its
+processing run on them after the update) or reloaded through vLLM's
+layerwise reload (its names fallbacks)."""
 
 from __future__ import annotations
 
@@ -27,8 +29,9 @@ FP8_MLA_MODEL = dict(FP8_MODEL, mla=tiny.MLA_FP8)
 FP8_MODEL_TP2 = dict(FP8_MODEL, kv_heads=4)
 
 # name: (Spec fields, the lines vllm_steer.taken reports on every worker,
-# the suffixes of the modules the backend reloads on every update, and of
-# those whose processing it runs in place after every update).
+# the suffixes of the modules the backend reloads on every update, of
+# those whose processing it runs in place after every update, and of those
+# whose names it writes where their processing moves them).
 FP8_LINEARS = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
 SCENARIOS = {
     # Qwen3-FP8 on a Hopper: every block-fp8 linear requantized to
@@ -36,28 +39,37 @@ SCENARIOS = {
     "qwen3-fp8-deepgemm-sm90": (
         dict(family="qwen3", model=FP8_MODEL, steer="deepgemm-sm90"),
         ["DeepGemmFp8BlockScaledMMKernel (E8M0): 8 layers, scales float32"],
-        (), FP8_LINEARS),
+        (), FP8_LINEARS, ()),
     # ... on a Blackwell: and the scales packed into DeepGEMM's UE8M0 int32
     # layout (kernel_refs.transform_sf_into_required_layout).
     "qwen3-fp8-deepgemm-sm100": (
         dict(family="qwen3", model=FP8_MODEL, steer="deepgemm-sm100"),
         ["DeepGemmFp8BlockScaledMMKernel (E8M0): 8 layers, scales int32"],
-        (), FP8_LINEARS),
+        (), FP8_LINEARS, ()),
     # Qwen3-MoE bf16 on a Blackwell at TP=2: FlashInfer TRT-LLM's experts,
     # the intermediate (32 per rank) padded to 128 and permuted in place.
     "qwen3_moe-tp2-fi-trtllm-bf16": (
         dict(family="qwen3_moe", tp=2, steer="fi-trtllm-bf16-moe"),
         ["unquantized_backend FLASHINFER_TRTLLM: 2 layers, intermediate 32 padded to 128"],
-        (), ("mlp.experts.routed_experts",)),
+        (), ("mlp.experts.routed_experts",), ()),
     # A block-fp8 MoE on a Hopper with expert parallelism: FlashInfer
-    # CUTLASS experts (w13's halves swapped, scales clamped) and DeepGEMM
-    # linears.
+    # CUTLASS experts (w13's halves swapped, scales clamped: rearranged)
+    # and DeepGEMM linears.
     "qwen3_moe-fp8-tp2-ep-hopper": (
         dict(family="qwen3_moe", model=FP8_MODEL_TP2, tp=2, expert_parallel=True,
              steer="deepgemm-sm90+fi-cutlass-fp8-moe"),
         ["DeepGemmFp8BlockScaledMMKernel (E8M0): 4 layers, scales float32",
          "fp8_backend FLASHINFER_CUTLASS: 2 layers"],
-        (), ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.experts.routed_experts")),
+        (), ("self_attn.qkv_proj", "self_attn.o_proj"), ("mlp.experts.routed_experts",)),
+    # ... on a Blackwell: FlashInfer TRT-LLM experts (the swap, each
+    # expert's rows shuffled and regrouped into BlockMajorK order, new 4-d
+    # tensors, the scales clamped) and DeepGEMM linears with packed scales.
+    "qwen3_moe-fp8-tp2-ep-blackwell": (
+        dict(family="qwen3_moe", model=FP8_MODEL_TP2, tp=2, expert_parallel=True,
+             steer="deepgemm-sm100+fi-trtllm-fp8-moe"),
+        ["DeepGemmFp8BlockScaledMMKernel (E8M0): 4 layers, scales int32",
+         "fp8_backend FLASHINFER_TRTLLM: 2 layers, BlockMajorK"],
+        (), ("self_attn.qkv_proj", "self_attn.o_proj"), ("mlp.experts.routed_experts",)),
     # DeepSeek-V3 block-fp8 on a Hopper with expert parallelism (here one
     # rank): DeepGEMM's linears (MLA's fused q_a/kv_a, q_b, kv_b, o and
     # the dense and shared MLPs), FlashInfer CUTLASS experts; MLA's attention derives
@@ -69,7 +81,16 @@ SCENARIOS = {
          "fp8_backend FLASHINFER_CUTLASS: 1 layers"],
         ("mla_attn.mla_attn",),
         ("self_attn.fused_qkv_a_proj", "self_attn.q_b_proj", "self_attn.kv_b_proj",
-         "self_attn.o_proj", "gate_up_proj", "down_proj", "mlp.experts.routed_experts")),
+         "self_attn.o_proj", "gate_up_proj", "down_proj"), ("mlp.experts.routed_experts",)),
+    # ... on a Blackwell: the scales packed, the experts in BlockMajorK order.
+    "deepseek_v3-fp8-blackwell": (
+        dict(family="deepseek_v3", model=FP8_MLA_MODEL,
+             steer="deepgemm-sm100+fi-trtllm-fp8-moe"),
+        ["DeepGemmFp8BlockScaledMMKernel (E8M0): 12 layers, scales int32",
+         "fp8_backend FLASHINFER_TRTLLM: 1 layers, BlockMajorK"],
+        ("mla_attn.mla_attn",),
+        ("self_attn.fused_qkv_a_proj", "self_attn.q_b_proj", "self_attn.kv_b_proj",
+         "self_attn.o_proj", "gate_up_proj", "down_proj"), ("mlp.experts.routed_experts",)),
 }
 
 
@@ -81,7 +102,7 @@ def models(tmp_path_factory):
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_steered_updates_equal_a_fresh_load_and_vllms_own_reload(models, tmp_path, name):
-    fields, taken, reloaded, computed = SCENARIOS[name]
+    fields, taken, reloaded, computed, moved = SCENARIOS[name]
     fields = dict(fields)
     model = fields.pop("model", {})
     spec = h.Spec(model_dir=models(fields["family"], **model), plan_dir=str(tmp_path / "plans"),
@@ -125,13 +146,22 @@ def test_steered_updates_equal_a_fresh_load_and_vllms_own_reload(models, tmp_pat
                 if set(modules) & set(plan["recomputed"])}
         assert bool(into) == bool(computed)
         assert all(plan["kinds"][n] == "direct" for n in into)
+        # The layers whose processing only moves elements: every name of
+        # theirs is written directly (where the processing puts it).
+        assert kinds(plan["rearranged"]) == kinds(moved), plan["rearranged"]
+        assert all(p.endswith(moved) for p in plan["rearranged"]), plan["rearranged"]
+        into = {n for n, modules in plan["modules"].items()
+                if set(modules) & set(plan["rearranged"])}
+        assert bool(into) == bool(moved)
+        assert all(plan["kinds"][n] == "direct" for n in into)
         # What the processing changes the layout of (DeepGEMM's int32
         # scales on Blackwell) is loaded into its checkpoint format on each
         # update; every weight is written directly (or, with expert
         # parallelism, not needed on this rank).
         staged = {n for n, r in fallbacks.items() if r.startswith("vLLM changes the layout of ")}
         assert set(fallbacks) == set(reloads) | staged, fallbacks
-        expect = {n for n in plan["kinds"] if n.endswith("weight_scale_inv")} \
+        expect = {n for n in plan["kinds"]
+                  if n.endswith("weight_scale_inv") and ".experts." not in n} \
             if "scales int32" in taken[0] else set()
         assert staged == expect, staged
         assert all(plan["kinds"][n] != "fallback" for n in plan["kinds"]

@@ -345,7 +345,8 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
                 result = None if plan is None else {
                     "report": plan.report, "processed": list(engine.processed),
                     "refreshed": list(engine.refreshed),
-                    "recomputed": list(engine.recomputed), "traced": bool(plan.ir),
+                    "recomputed": list(engine.recomputed),
+                    "rearranged": list(engine.rearranged), "traced": bool(plan.ir),
                     "signature": processing_signature(model),
                     "modules": {n: sorted({w.target.rpartition(".")[0] for w in e.writes})
                                 for n, e in plan.entries.items() if e.writes},

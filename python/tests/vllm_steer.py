@@ -34,6 +34,11 @@ not. Profiles:
   experts (Hopper's with expert parallelism): w13's gate and up halves
   swapped, weights and scales, the scales clamped at 1e-10. Also not made:
   the kernel object.
+- ``fi-trtllm-fp8-moe``: block-fp8 MoE layers get FlashInfer's TRT-LLM
+  experts (Blackwell's default): the swap and the clamp, then each
+  expert's rows shuffled in groups of 16 and its weights rearranged into
+  BlockMajorK order, ``(E, K/128, M, 128)``, new 4-d tensors. Not made: the
+  kernel object.
 - ``fi-attn-sinks``: attention layers with sinks (gpt-oss) process them as
   vLLM's FlashInfer backend does (``FlashInferImpl``'s own
   ``process_weights_after_loading`` on the CPU backend's object): the
@@ -50,7 +55,7 @@ import os
 import torch
 
 PROFILES = ("deepgemm-sm90", "deepgemm-sm100", "fi-trtllm-bf16-moe", "fi-cutlass-fp8-moe",
-            "fi-attn-sinks")
+            "fi-trtllm-fp8-moe", "fi-attn-sinks")
 
 _APPLIED: list[str] = []
 
@@ -65,6 +70,8 @@ def profiles(steer: str) -> list[str]:
         raise ValueError(f"unknown steering profile {unknown[0]!r}; one of {PROFILES}")
     if sum(p.startswith("deepgemm-") for p in out) > 1:
         raise ValueError(f"{steer!r}: one DeepGEMM architecture at a time")
+    if sum(p.endswith("-fp8-moe") for p in out) > 1:
+        raise ValueError(f"{steer!r}: one block-fp8 MoE backend at a time")
     return out
 
 
@@ -89,6 +96,8 @@ def apply(steer: str) -> None:
             _fi_trtllm_bf16_moe()
         elif profile == "fi-cutlass-fp8-moe":
             _fi_cutlass_fp8_moe()
+        elif profile == "fi-trtllm-fp8-moe":
+            _fi_trtllm_fp8_moe()
         elif profile == "fi-attn-sinks":
             _fi_attn_sinks()
     _APPLIED.append(steer)
@@ -193,6 +202,20 @@ def _fi_trtllm_bf16_moe() -> None:
     _no_kernel_object(UnquantizedFusedMoEMethod)
 
 
+def _fp8_moe_first(oracle, backend) -> None:
+    """The fp8 MoE oracle tries ``backend`` first (the method's
+    ``torch.compile``d helpers run eager)."""
+    _eager()
+    original = oracle._get_priority_backends
+
+    def priority(moe_config, weight_key, activation_key):
+        backends = original(moe_config, weight_key, activation_key)
+        backends.remove(backend)
+        return [backend, *backends]
+
+    oracle._get_priority_backends = priority
+
+
 def _fi_cutlass_fp8_moe() -> None:
     import vllm.model_executor.layers.fused_moe.oracle.fp8 as oracle
     from vllm.model_executor.layers.fused_moe.experts.flashinfer_cutlass_moe import (
@@ -204,23 +227,26 @@ def _fi_cutlass_fp8_moe() -> None:
         kFp8Static128BlockSym,
     )
 
-    _eager()
-    original = oracle._get_priority_backends
-
-    def priority(moe_config, weight_key, activation_key):
-        # Hopper's order for block fp8 with expert parallelism: FlashInfer
-        # CUTLASS first.
-        backends = original(moe_config, weight_key, activation_key)
-        backends.remove(oracle.Fp8MoeBackend.FLASHINFER_CUTLASS)
-        return [oracle.Fp8MoeBackend.FLASHINFER_CUTLASS, *backends]
-
-    oracle._get_priority_backends = priority
+    # Hopper's order for block fp8 with expert parallelism: FlashInfer
+    # CUTLASS first.
+    _fp8_moe_first(oracle, oracle.Fp8MoeBackend.FLASHINFER_CUTLASS)
     FlashInferExperts._supports_current_device = staticmethod(lambda: True)
     # Block fp8 with dynamic (1, 128) activations: what the experts take
     # on SM90 (their scheme check also reads the capability).
     FlashInferExperts._supports_quant_scheme = staticmethod(
         lambda weight_key, activation_key:
         (weight_key, activation_key) == (kFp8Static128BlockSym, kFp8Dynamic128Sym))
+    _no_kernel_object(Fp8MoEMethod)
+
+
+def _fi_trtllm_fp8_moe() -> None:
+    import vllm.model_executor.layers.fused_moe.oracle.fp8 as oracle
+    from vllm.model_executor.layers.fused_moe.experts import trtllm_fp8_moe
+    from vllm.model_executor.layers.quantization.fp8 import Fp8MoEMethod
+
+    # Blackwell's order for block fp8: FlashInfer TRT-LLM first.
+    _fp8_moe_first(oracle, oracle.Fp8MoeBackend.FLASHINFER_TRTLLM)
+    trtllm_fp8_moe.TrtLlmFp8ExpertsBase._supports_current_device = staticmethod(lambda: True)
     _no_kernel_object(Fp8MoEMethod)
 
 
@@ -256,6 +282,8 @@ def taken(steer: str, model: torch.nn.Module) -> list[str]:
             out += _moe_taken(model, "unquantized_backend", "FLASHINFER_TRTLLM", pad=128)
         elif profile == "fi-cutlass-fp8-moe":
             out += _moe_taken(model, "fp8_backend", "FLASHINFER_CUTLASS")
+        elif profile == "fi-trtllm-fp8-moe":
+            out += _moe_taken(model, "fp8_backend", "FLASHINFER_TRTLLM", block_major_k=True)
         elif profile == "fi-attn-sinks":
             out += _sinks_taken(model)
     return out
@@ -299,10 +327,11 @@ def _deepgemm_taken(profile: str, model: torch.nn.Module) -> list[str]:
 
 
 def _moe_taken(model: torch.nn.Module, attribute: str, backend: str,
-               pad: int | None = None) -> list[str]:
+               pad: int | None = None, block_major_k: bool = False) -> list[str]:
     """Every MoE layer's method chose ``backend``; with ``pad``, its
     intermediate size per rank was rounded up to a multiple of ``pad``
-    (w13 [E, 2P, H], w2 [E, H, P])."""
+    (w13 [E, 2P, H], w2 [E, H, P]); with ``block_major_k``, its weights are
+    in BlockMajorK order (w13 [E, H/128, 2I, 128], w2 [E, I/128, H, 128])."""
     methods = {}
     for name, module in model.named_modules():
         method = getattr(module, "quant_method", None)
@@ -314,6 +343,17 @@ def _moe_taken(model: torch.nn.Module, attribute: str, backend: str,
     if other:
         raise AssertionError(f"MoE layers not on {backend}: {other}")
     line = f"{attribute} {backend}: {len(methods)} layers"
+    if block_major_k:
+        for name, (module, _) in methods.items():
+            w13, w2 = module.w13_weight, module.w2_weight
+            i = module.moe_config.intermediate_size_per_partition
+            h = module.moe_config.hidden_dim
+            e = w13.shape[0]
+            if (tuple(w13.shape), tuple(w2.shape)) != ((e, h // 128, 2 * i, 128),
+                                                       (e, i // 128, h, 128)):
+                raise AssertionError(f"{name}: w13 {tuple(w13.shape)}, w2 {tuple(w2.shape)}, "
+                                     "not in BlockMajorK order")
+        line += ", BlockMajorK"
     if pad is not None:
         sizes = set()
         for name, (module, _) in methods.items():

@@ -53,11 +53,21 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .ops import CONSTANT_WRITES, METADATA_OPS, leaves
 from .targets import Target, Targets, storage_key
-from .trace import ELEMENT_SIZE_REASON, Sink, Stopped, TraceTensor, TraceUsedAfterPlanning
+from .trace import (
+    ELEMENT_SIZE_REASON,
+    REDIRECT_REASON,
+    Redirect,
+    Sink,
+    Stopped,
+    TraceTensor,
+    TraceUsedAfterPlanning,
+)
 
 __all__ = [
     "Capture",
     "ELEMENT_SIZE_REASON",
+    "REDIRECT_REASON",
+    "Redirect",
     "Target",
     "Targets",
     "TraceTensor",
@@ -223,7 +233,9 @@ def check_claims(model: torch.nn.Module, claimed: list[str], sink: Sink) -> None
 
 def capture(model: torch.nn.Module, metadata: Mapping[str, Any] | Iterable[Any], *,
             fallback_modules: Mapping[str, str] | None = None,
-            fallback_tensors: Mapping[str, str] | None = None) -> Capture:
+            fallback_tensors: Mapping[str, str] | None = None,
+            targets: Targets | None = None,
+            redirects: Mapping[int, Redirect] | None = None) -> Capture:
     """Runs ``model.load_weights`` over one trace per declared name and
     returns the captured IR. ``metadata`` is ``ParamMeta``s in arrival order
     (or a mapping from name to them); ``plan_loads`` checks it first.
@@ -233,6 +245,10 @@ def capture(model: torch.nn.Module, metadata: Mapping[str, Any] | Iterable[Any],
     ``fallback_tensors``: the same for single tensors (qualified name ->
     reason); ``Capture.module_names`` lists their names under the tensor's
     qualified name.
+    ``targets``: the model's targets, if made before (while tensors that
+    ``redirects`` name, storage key -> ``Redirect``, were not yet in their
+    place): copies into a redirected tensor become copies into the targets
+    it remaps to.
 
     Where ``load_weights`` returns the names of the parameters it loaded
     (as vLLM's models do), each of them must have been written while
@@ -249,7 +265,7 @@ def capture(model: torch.nn.Module, metadata: Mapping[str, Any] | Iterable[Any],
         metas = dict(metadata)
     else:
         metas = {meta.name: meta for meta in metadata}
-    targets = Targets(model)
+    targets = targets if targets is not None else Targets(model)
     # The tensors stay referenced through the capture, so their storage keys
     # are not reused.
     flagged = [
@@ -260,7 +276,8 @@ def capture(model: torch.nn.Module, metadata: Mapping[str, Any] | Iterable[Any],
     flagged += [(_tensor(model, qualified), qualified, reason)
                 for qualified, reason in (fallback_tensors or {}).items()]
     sink = Sink(targets, metas,
-                {storage_key(t): (prefix, reason) for t, prefix, reason in flagged})
+                {storage_key(t): (prefix, reason) for t, prefix, reason in flagged},
+                redirects)
     names = list(metas)
     start = 0
     claimed: list[str] = []  # what the calls that ran to their end report

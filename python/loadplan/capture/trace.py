@@ -164,14 +164,37 @@ def result_dtype(t: torch.Tensor) -> torch.dtype:
     return t.dtype if _ir.has_element_type(t.dtype) else torch.int8
 
 
+@dataclass(frozen=True)
+class Redirect:
+    """A tensor that stands in the model for others while the loader is
+    traced: a layer's tensor in its checkpoint format, whose elements the
+    engine's processing only moves into live tensors. ``remap(offset,
+    shape, stride)`` turns a copy into a region of it (in its elements)
+    into ``(target, offset, shape, stride)`` regions of those live tensors,
+    each shape splitting the region's dims in order, or says why it
+    cannot (then the name falls back, with ``module``'s reason)."""
+
+    module: str
+    tensor: str
+    dtype: torch.dtype
+    remap: Any  # (offset, shape, stride) -> list[(Target, int, tuple, tuple)] | str
+
+
+# The reason of a name whose copy into a Redirect's tensor does not remap.
+REDIRECT_REASON = "vLLM rearranges {module} after loading, and a write of it does not follow: {why}"
+
+
 class Sink:
     """One capture: the records of every name, and the handlers the traces
     and the guard call."""
 
     def __init__(self, targets: Targets, metas: Mapping[str, Any],
-                 fallback_storages: Mapping[int, tuple[str, str]] | None = None):
+                 fallback_storages: Mapping[int, tuple[str, str]] | None = None,
+                 redirects: Mapping[int, Redirect] | None = None):
         self.targets = targets
         self.metas = metas
+        # Storage key -> where copies into it go instead.
+        self.redirects = dict(redirects or {})
         # Storage key -> (module, reason): a copy into it makes its name
         # fall back with the reason.
         self.fallback_storages = dict(fallback_storages or {})
@@ -385,6 +408,11 @@ class Sink:
         self.written_keys.add(key)
         self.writers.add(record.name)
         flagged = self.fallback_storages.get(key)
+        redirect = self.redirects.get(key)
+        if redirect is not None:
+            flagged = self._redirect(redirect, dest, src, func, args, kwargs)
+            if flagged is None:
+                return dest
         reason = None
         if flagged is not None:
             module, reason = flagged
@@ -417,6 +445,33 @@ class Sink:
         record.lines.append((APPLY, op, self.string_id(ELEMENT_SIZE_REASON), 1, src._num, 0))
         record.lines.append((INPLACE_WRITE, op, target.index, src._num))
         return dest
+
+    def _redirect(self, redirect: Redirect, dest: torch.Tensor, src: TraceTensor, func,
+                  args: tuple, kwargs: dict) -> tuple[str, str] | None:
+        """``dest.copy_(src)`` into ``redirect``'s tensor, recorded as copies
+        into the live tensors it remaps to; None once recorded, else
+        ``(module, reason)`` to fall back with."""
+        if dest.dtype != redirect.dtype:
+            why = f"it is copied into as {dest.dtype}"
+        else:
+            if tuple(dest.shape) != tuple(src.shape):
+                self.run_meta(func, args, kwargs)  # torch's own broadcast checks
+            why = redirect.remap(dest.storage_offset(), tuple(dest.shape), tuple(dest.stride()))
+        if isinstance(why, str):
+            return redirect.module, REDIRECT_REASON.format(module=redirect.module, why=why)
+        if tuple(dest.shape) != tuple(src.shape):
+            return redirect.module, REDIRECT_REASON.format(module=redirect.module,
+                                                           why="the copy broadcasts")
+        record = src._record
+        for target, offset, shape, stride in why:
+            value = src
+            if tuple(shape) != tuple(src.shape):
+                value = self.view_op(src, src._meta.view(shape), "view")
+            self.written.add(target.storage)
+            record.lines.append(
+                (_ir.COPY, value._num, self.type_id(value.shape, value.dtype), target.index,
+                 _ir.dtype_code(dest.dtype), offset, *shape, *stride))
+        return None
 
     def apply(self, func, args: tuple, kwargs: dict, traces: list) -> Any:
         """Any other op: run on meta copies of its arguments, so it writes

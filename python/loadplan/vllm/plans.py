@@ -21,7 +21,7 @@ from ..plan import LoadPlan, ParamMeta
 
 logger = logging.getLogger("loadplan")
 
-FORMAT = 4
+FORMAT = 5
 
 
 def plan_dir(configured: str | None) -> Path:
@@ -125,6 +125,10 @@ class Stored:
     # Of those, the tensors loaded into their checkpoint format on each
     # update, by module (processing.Staged).
     staged: dict[str, list[str]] = field(default_factory=dict)
+    # The quantization modules whose processing only moves elements: their
+    # names are written straight to where it puts them, and its epilogue
+    # (a clamp) runs after each update (processing.rearranged).
+    rearranged: tuple[str, ...] = ()
 
 
 def paths(directory: Path, key: str) -> tuple[Path, Path]:
@@ -141,7 +145,8 @@ def save(directory: Path, key: str, plan: LoadPlan, stored: Stored) -> Path:
             "metadata": stored.metadata, "processed": list(stored.processed),
             "observed": stored.observed, "layer_names": stored.layer_names,
             "fresh": list(stored.fresh), "refreshed": list(stored.refreshed),
-            "recomputed": list(stored.recomputed), "staged": stored.staged}
+            "recomputed": list(stored.recomputed), "staged": stored.staged,
+            "rearranged": list(stored.rearranged)}
     for path, data in ((plan_path, plan.plan_bytes), (meta_path, json.dumps(side).encode())):
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_bytes(data)
@@ -166,4 +171,4 @@ def stored(directory: Path, key: str, metadata: str) -> Stored | None:
     return Stored(metadata, tuple(side.get("processed", ())), bool(side.get("observed")),
                   {k: list(v) for k, v in layer_names.items()}, tuple(side.get("fresh", ())),
                   tuple(side.get("refreshed", ())), tuple(side.get("recomputed", ())),
-                  {k: list(v) for k, v in staged.items()})
+                  {k: list(v) for k, v in staged.items()}, tuple(side.get("rearranged", ())))

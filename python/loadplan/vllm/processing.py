@@ -57,6 +57,8 @@ from vllm.model_executor.model_loader.reload.utils import (
 )
 
 from ..apply import copy_with_torch
+from ..capture import Redirect, Targets, storage_key
+from . import rearrange
 from .info import LOGGER_NAME
 
 logger = init_logger(LOGGER_NAME)
@@ -356,6 +358,56 @@ def _restore(layer: torch.nn.Module, params: dict, buffers: dict, non_persistent
     _place(layer, params, buffers, non_persistent)
 
 
+def rearranged(layer: torch.nn.Module, dtype: torch.dtype
+               ) -> tuple[rearrange.Rearranged | None, str | None]:
+    """Whether the layer's processing only moves elements
+    (``rearrange.trace``, run on its checkpoint format on the meta device,
+    as at a first load): ``(what it does, None)`` if so, else ``(None, why
+    not)``. Its MoE method's kernel is not rebuilt from the meta tensors."""
+    if (not isinstance(getattr(layer, "quant_method", None), QuantizeMethodBase)
+            or is_deferred_attention_layer(layer)):
+        return None, "it is no quantization layer"
+    live = dict(get_layer_tensors(layer))
+
+    def process() -> None:
+        method = layer.quant_method
+        if hasattr(method, "_init_moe_kernel"):
+            method._init_moe_kernel = lambda layer: None  # the kernel: not weights
+        _process(layer, dtype)
+
+    with checkpoint_format([layer]):
+        checkpoint = dict(get_layer_tensors(layer))
+        try:
+            with _first_load(layer), torch.no_grad():
+                return rearrange.trace(layer, checkpoint, live, process), None
+        except rearrange.NotRearrangement as e:
+            return None, str(e)
+
+
+def redirects(model: torch.nn.Module, targets: Targets,
+              layers: Mapping[str, rearrange.Rearranged]) -> dict[int, Redirect]:
+    """While ``checkpoint_format`` holds the rearranged ``layers`` (by
+    qualified name) in their checkpoint format: where a copy into each of
+    their tensors goes in the live tensors (``targets``, made before)."""
+    by_name = {t.qualified_name: t for t in targets.targets}
+    out = {}
+    for module, what in layers.items():
+        layer = model.get_submodule(module)
+        for name, t in get_layer_tensors(layer).items():
+            if name not in what.places:
+                continue
+
+            def remap(offset, shape, stride, module=module, name=name, what=what):
+                found = what.remap(name, offset, shape, stride)
+                if isinstance(found, str):
+                    return found
+                return [(by_name[f"{module}.{live}" if module else live], *rest)
+                        for live, *rest in found]
+
+            out[storage_key(t)] = Redirect(module, name, t.dtype, remap)
+    return out
+
+
 class Writers:
     """A plan's names by the target their direct writes go into, and its
     fallbacks by reason (one pass over the plan)."""
@@ -369,6 +421,19 @@ class Writers:
                     self.direct.setdefault(target, []).append(name)
             elif entry.reason is not None:
                 self.by_reason.setdefault(entry.reason, []).append(name)
+
+    def into(self, module: str, tensors: Iterable[str]) -> list[str]:
+        """The names written directly into ``module``'s ``tensors``."""
+        targets = sorted(f"{module}.{n}" if module else n for n in tensors)
+        return list(dict.fromkeys(n for t in targets for n in self.direct.get(t, ())))
+
+
+def _unlike(layer: torch.nn.Module, after: Mapping[str, torch.Tensor]) -> str | None:
+    """None if the layer's tensors equal ``after`` (vLLM's reload's), byte
+    for byte; else the first that does not."""
+    differ = [n for n, t in get_layer_tensors(layer).items()
+              if n not in after or not _same_bytes(t, after[n])]
+    return f"it leaves {differ[0]} unlike vLLM's reload" if differ else None
 
 
 def recomputes(plan, writers: Writers, model: torch.nn.Module, module: str,
@@ -385,8 +450,7 @@ def recomputes(plan, writers: Writers, model: torch.nn.Module, module: str,
     layer = model.get_submodule(module)
     params, buffers = get_layer_params_buffers(layer)
     non_persistent = set(layer._non_persistent_buffers_set)
-    targets = {f"{module}.{n}" if module else n for n in params | buffers}
-    names = list(dict.fromkeys(n for t in sorted(targets) for n in writers.direct.get(t, ())))
+    names = writers.into(module, params | buffers)
     loaded = [n for r in staged_reasons({module: staged}).values()
               for n in writers.by_reason.get(r, ())]
     missing = [n for n in names + loaded if n not in received]
@@ -399,15 +463,41 @@ def recomputes(plan, writers: Writers, model: torch.nn.Module, module: str,
             if loaded:
                 load_weights([(n, received[n]) for n in loaded])
             recompute([layer], dtype, staging)
-        differ = [n for n, t in get_layer_tensors(layer).items()
-                  if n not in after or not _same_bytes(t, after[n])]
-        return f"it leaves {differ[0]} unlike vLLM's reload" if differ else None
+        return _unlike(layer, after)
     except Exception as e:  # noqa: BLE001 - any failure means: reload it
         return f"it fails in place: {type(e).__name__}: {e}"
     finally:
         for n, t in (params | buffers).items():
             t.data.copy_(after[n])
         _place(layer, params, buffers, non_persistent)
+
+
+def rearranges(plan, writers: Writers, model: torch.nn.Module, module: str,
+               what: rearrange.Rearranged, received: Mapping[str, torch.Tensor]) -> str | None:
+    """Whether ``plan``'s direct writes of ``received`` (an update's
+    tensors) into the rearranged ``module``, then its epilogues, leave what
+    vLLM's reload of the same weights left (the layer's tensors now). None
+    if they do; else why not. The layer is left as it was either way."""
+    layer = model.get_submodule(module)
+    names = writers.into(module, get_layer_tensors(layer))
+    if not names:
+        return "no name is written into it directly"
+    if missing := [n for n in names if n not in received]:
+        return f"the update did not carry {missing[0]!r} whole"
+    after = _snapshot(layer)
+    try:
+        for n, t in get_layer_tensors(layer).items():
+            if n in what.sources and t.is_contiguous():
+                t.data.view(-1).view(torch.uint8).fill_(0xA5)  # what the writes miss shows
+        copy_with_torch(plan, [(n, received[n]) for n in names])
+        what.run_epilogues(layer)
+        return _unlike(layer, after)
+    except Exception as e:  # noqa: BLE001 - any failure means: reload it
+        return f"its writes fail: {type(e).__name__}: {e}"
+    finally:
+        for n, t in get_layer_tensors(layer).items():
+            if n in after:
+                t.data.copy_(after[n])
 
 
 class Reload:

@@ -30,7 +30,8 @@ from ..plan import LoadPlan, ParamMeta
 from ..planning import plan_loads
 from ..transfer import Receiver
 from ..transfer.endpoints import refuse
-from . import plans, processing
+from ..capture import Targets
+from . import plans, processing, rearrange
 from .info import (
     LOGGER_NAME,
     LoadplanWeightTransferInitInfo,
@@ -76,6 +77,10 @@ class LoadplanWeightTransferEngine(
         # Of those, the tensors loaded into their checkpoint format on each
         # update (processing.Staged), by module.
         self.staged: dict[str, list[str]] = {}
+        # The quantization modules whose processing only moves elements: the
+        # plan writes their names where it puts them, and their epilogues run
+        # after every update (processing.rearranged).
+        self.rearranged: dict[str, rearrange.Rearranged] = {}
         # Each processed module's names, and the processed modules vLLM's
         # reload does not load (loaded as a fresh load does).
         self._layer_names: dict[str, list[str]] = {}
@@ -128,14 +133,21 @@ class LoadplanWeightTransferEngine(
         return self._metas
 
     def _capture(self, metas: list[ParamMeta], processed: list[str],
-                 staged: dict[str, list[str]] | None = None) -> LoadPlan:
+                 staged: dict[str, list[str]] | None = None,
+                 rearranged: dict[str, rearrange.Rearranged] | None = None) -> LoadPlan:
         modules = dict(self.model.named_modules())
-        staged = staged or {}
+        staged, rearranged = staged or {}, rearranged or {}
         with set_current_vllm_config(self.vllm_config), \
                 processing.checkpoint_format([modules[n] for n in processed]), \
                 processing.staged_format(modules, staged):
-            plan = plan_loads(self.model, metas, fallback_modules=processing.reasons(processed),
-                              fallback_tensors=processing.staged_reasons(staged))
+            # The rearranged layers' live tensors are targets; the loader
+            # writes into their checkpoint format, redirected to them.
+            targets = Targets(self.model)
+            with processing.checkpoint_format([modules[n] for n in rearranged]):
+                plan = plan_loads(self.model, metas, fallback_modules=processing.reasons(processed),
+                                  fallback_tensors=processing.staged_reasons(staged),
+                                  targets=targets,
+                                  redirects=processing.redirects(self.model, targets, rearranged))
         self._layer_names = {n: plan.capture.module_names.get(n, []) for n in processed}
         return plan
 
@@ -168,6 +180,7 @@ class LoadplanWeightTransferEngine(
                 self.refreshed = list(stored.refreshed)
                 self.recomputed = list(stored.recomputed)
                 self.staged = staged
+                self.rearranged = self._rearranged(stored.rearranged)
                 self._observer = None
                 how = f"read {path}"
             except (RuntimeError, ValueError, OSError) as e:
@@ -182,6 +195,7 @@ class LoadplanWeightTransferEngine(
             self.refreshed = []  # every candidate is reloaded meanwhile
             self.recomputed = []
             self.staged = {}
+            self.rearranged = {}
             self._observer = processing.Observer(candidates)
             plan = self._capture(metas, self.processed)
             how = "traced"
@@ -194,33 +208,80 @@ class LoadplanWeightTransferEngine(
         for line in plan.report.splitlines():
             logger.info("%s", line)
 
+    def _rearranged(self, modules) -> dict[str, rearrange.Rearranged]:
+        """What the processing of each of ``modules`` (a saved plan's
+        rearranged layers) does, traced again.
+
+        Raises:
+            ValueError: one of them no longer only moves elements.
+        """
+        out = {}
+        with set_current_vllm_config(self.vllm_config):
+            for name in modules:
+                found, why = processing.rearranged(self.model.get_submodule(name),
+                                                   self.model_config.dtype)
+                if found is None:
+                    raise ValueError(f"load plan: vLLM's processing of {name} no longer only "
+                                     f"moves elements: {why}")
+                out[name] = found
+        return out
+
     def _refine(self, received: dict[str, torch.Tensor]) -> None:
         """After the first update that ran with an assumed plan: plan again
         with only the layers whose processing changed a tensor reloaded,
-        and save it. Of those, quantization layers whose processing
+        and save it. Of those, quantization layers whose processing only
+        moves elements (``processing.rearranged``) have their names
+        written where it puts them, and others whose processing
         ``processing.recomputes`` shows to run in place on the update's
-        direct writes (with ``received``, this update's fallbacks: all their
-        names) are written directly and computed after each update."""
+        direct writes are computed after each update; each is proven on
+        this update's weights (``received``, its fallbacks: all their
+        names) against what vLLM's reload left, and reloaded if not."""
         observer, self._observer = self._observer, None
         changed = observer.processed()
-        found = {n: processing.in_place(observer.layers[n]) for n in changed}
-        why = {n: reason for n, (_, reason) in found.items()}
-        recomputed = [n for n in changed if why[n] is None]
-        staged = {n: list(found[n][0]) for n in recomputed if found[n][0]}
-        processed = [n for n in changed if n not in recomputed]
+        dtype = self.model_config.dtype
+        rearranged, why = {}, {}
+        with set_current_vllm_config(self.vllm_config):
+            for n in changed:
+                found, why[n] = processing.rearranged(observer.layers[n], dtype)
+                if found is not None:
+                    rearranged[n] = found
+        in_place = {n: processing.in_place(observer.layers[n]) for n in changed}
+        recomputed = [n for n in changed if n not in rearranged and in_place[n][1] is None]
+        for n in changed:
+            if n not in rearranged:
+                why[n] = in_place[n][1] if in_place[n][1] is not None else why[n]
         try:
-            plan = self._capture(self._metas, processed, staged)
-            if recomputed:
+            while True:
+                staged = {n: list(in_place[n][0]) for n in recomputed if in_place[n][0]}
+                processed = [n for n in changed if n not in recomputed and n not in rearranged]
+                plan = self._capture(self._metas, processed, staged, rearranged)
+                failed = {}
+                for n in rearranged:
+                    names = plan.capture.module_names.get(n)
+                    if names:
+                        failed[n] = plan.entries[next(iter(names))].reason
                 writers = processing.Writers(plan)
                 with set_current_vllm_config(self.vllm_config), torch.no_grad():
-                    why.update({n: processing.recomputes(
-                        plan, writers, self.model, n, staged.get(n, ()), received,
-                        self.model_config.dtype, self._load_weights) for n in recomputed})
-                if any(why[n] for n in recomputed):
-                    recomputed = [n for n in recomputed if why[n] is None]
-                    staged = {n: s for n, s in staged.items() if n in recomputed}
-                    processed = [n for n in changed if n not in recomputed]
-                    plan = self._capture(self._metas, processed, staged)
+                    for n in rearranged:
+                        if n not in failed:
+                            failed[n] = processing.rearranges(plan, writers, self.model, n,
+                                                              rearranged[n], received)
+                    for n in recomputed:
+                        failed[n] = processing.recomputes(
+                            plan, writers, self.model, n, staged.get(n, ()), received, dtype,
+                            self._load_weights)
+                failed = {n: r for n, r in failed.items() if r is not None}
+                if not failed:
+                    break
+                why.update(failed)
+                for n in failed:
+                    if n in rearranged:
+                        # Computed in place instead, where it may be.
+                        del rearranged[n]
+                        if in_place[n][1] is None:
+                            recomputed.append(n)
+                    else:
+                        recomputed.remove(n)
         except RuntimeError as e:
             # The loader takes the checkpoint only through vLLM's reload
             # (into the checkpoint format): keep reloading every processed layer.
@@ -232,20 +293,21 @@ class LoadplanWeightTransferEngine(
                         "cannot run after the update's direct writes: %s", self.rank, module,
                         why[module])
         self.plan, self.processed, self.recomputed = plan, processed, recomputed
-        self.staged = staged
+        self.staged, self.rearranged = staged, rearranged
         self.refreshed = processing.refreshed(observer.layers, changed)
         key = plans.model_key(self.vllm_config, self.model, self.rank)
         fresh = tuple(n for n in processed if n in self._fresh)
         path = plans.save(plans.plan_dir(self.info.plan_dir), key, plan,
                           plans.Stored(plans.metadata_digest(self._metas), tuple(processed), True,
                                        self._layer_names, fresh, tuple(self.refreshed),
-                                       tuple(recomputed), staged))
+                                       tuple(recomputed), staged, tuple(rearranged)))
         self._drop_receiver()
         self._publish()
         logger.info("load plan: worker rank %d: vLLM's processing changes %d of %d layers "
-                    "(%d of them computed in place after each update's direct writes, the "
-                    "others reloaded); %d attention layers are processed again after each "
-                    "update; plan saved to %s", self.rank, len(changed), len(observer.layers),
+                    "(%d of them written where it puts their elements, %d computed in place "
+                    "after each update's direct writes, the others reloaded); %d attention "
+                    "layers are processed again after each update; plan saved to %s",
+                    self.rank, len(changed), len(observer.layers), len(rearranged),
                     len(recomputed), len(self.refreshed), path)
         for line in plan.report.splitlines():
             logger.info("%s", line)
@@ -354,12 +416,15 @@ class LoadplanWeightTransferEngine(
 
     def _recompute(self, staged: processing.Staged | None = None) -> None:
         """The processing of the layers it computes in place, on the bytes
-        the update wrote into them (processing.recompute)."""
-        if not self.recomputed:
+        the update wrote into them (processing.recompute), and the
+        rearranged layers' epilogues."""
+        if not self.recomputed and not self.rearranged:
             return
         layers = [self.model.get_submodule(n) for n in self.recomputed]
         with set_current_vllm_config(self.vllm_config), torch.no_grad():
             processing.recompute(layers, self.model_config.dtype, staged)
+            for name, what in self.rearranged.items():
+                what.run_epilogues(self.model.get_submodule(name))
 
     def _refresh(self) -> None:
         """Runs the processing of the attention layers that derive state

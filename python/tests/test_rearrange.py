@@ -1,0 +1,171 @@
+"""``loadplan.vllm.rearrange``: vLLM's processing that only moves elements,
+traced data-free on the meta device and composed with a loader's writes,
+checked byte for byte against the same processing run on real tensors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("vllm")
+
+import vllm.model_executor.layers.fused_moe  # noqa: E402,F401  (vLLM's import order)
+from vllm.model_executor.layers.quantization.utils.flashinfer_utils import (  # noqa: E402
+    _shuffle_deepseek_fp8_moe_weights,
+    swap_w13_to_w31,
+)
+from vllm.model_executor.utils import replace_parameter  # noqa: E402
+
+from loadplan.vllm import rearrange as ra  # noqa: E402
+
+E, I, H = 3, 128, 256  # experts, intermediate, hidden: BlockMajorK needs % 128
+
+
+class Experts(torch.nn.Module):
+    """The tensors of a block-fp8 MoE layer in its checkpoint format."""
+
+    def __init__(self, device: str):
+        super().__init__()
+
+        def param(*shape, dtype=torch.float8_e4m3fn):
+            return torch.nn.Parameter(torch.empty(*shape, dtype=dtype, device=device),
+                                      requires_grad=False)
+
+        self.w13_weight = param(E, 2 * I, H)
+        self.w2_weight = param(E, H, I)
+        self.w13_weight_scale_inv = param(E, 2 * I // 128, H // 128, dtype=torch.float32)
+        self.w2_weight_scale_inv = param(E, H // 128, I // 128, dtype=torch.float32)
+
+
+def trtllm(layer: Experts) -> None:
+    """What vLLM's ``prepare_fp8_moe_layer_for_fi`` does for FlashInfer's
+    TRT-LLM block-fp8 experts, with vLLM's own functions: the w13 halves
+    swapped, the rows shuffled into BlockMajorK order, the scales clamped."""
+    w13 = swap_w13_to_w31(layer.w13_weight)
+    s13 = swap_w13_to_w31(layer.w13_weight_scale_inv)
+    w13, w2 = _shuffle_deepseek_fp8_moe_weights(w13, layer.w2_weight)
+    s13.clamp_(min=1e-10)
+    layer.w2_weight_scale_inv.clamp_(min=1e-10)
+    replace_parameter(layer, "w13_weight", w13)
+    replace_parameter(layer, "w2_weight", w2)
+    replace_parameter(layer, "w13_weight_scale_inv", s13)
+    replace_parameter(layer, "w2_weight_scale_inv", layer.w2_weight_scale_inv)
+
+
+def checkpoint(seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, t in Experts("meta").named_parameters():
+        if t.dtype == torch.float32:
+            # Some scales below the clamp, as dead experts have.
+            scale = torch.rand(t.shape, generator=g)
+            out[name] = torch.where(scale < 0.3, torch.full_like(scale, 1e-23), scale)
+        else:
+            out[name] = torch.randint(0, 256, t.shape, dtype=torch.uint8,
+                                      generator=g).view(t.dtype)
+    return out
+
+
+def processed(values: dict[str, torch.Tensor], process) -> dict[str, torch.Tensor]:
+    layer = Experts("cpu")
+    for name, t in layer.named_parameters():
+        t.data.copy_(values[name])
+    process(layer)
+    return {n: t.data for n, t in layer.named_parameters()}
+
+
+def traced(process) -> tuple[ra.Rearranged, dict[str, torch.Tensor]]:
+    live = processed(checkpoint(0), process)
+    layer = Experts("meta")
+    return ra.trace(layer, dict(layer.named_parameters()), live, lambda: process(layer)), live
+
+
+def boxes(name: str, t: torch.Tensor):
+    """The regions a loader writes into the checkpoint format: per expert,
+    w13's gate and up halves apart (each a checkpoint name), else whole."""
+    halves = 2 if name.startswith("w13") else 1
+    rows = t.shape[1] // halves
+    for e in range(t.shape[0]):
+        for h in range(halves):
+            yield t[e, h * rows:(h + 1) * rows]
+
+
+def test_fit_folds_digit_permutations_and_refuses_others():
+    # FlashInfer's 16-row shuffle: row r of a group goes to r // 2 + 8 * (r % 2).
+    rows = torch.arange(64)
+    shuffled = (rows // 16) * 16 + (rows % 16) // 2 + 8 * (rows % 2)
+    modes = ra.fit(shuffled)
+    assert modes == ((4, 16), (8, 1), (2, 8))
+    assert torch.equal(ra.evaluate(modes, rows), shuffled)
+    assert ra.fit(torch.arange(12) * 5) == ((12, 5),)
+    assert ra.fit(torch.randperm(64, generator=torch.Generator().manual_seed(1))) is None
+    assert ra.fit(torch.tensor([1, 2, 3])) is None  # does not start at 0
+
+
+def test_compose_refuses_a_region_whose_digits_carry():
+    modes = ((4, 100), (8, 1))  # a 4x8 index space; its rows 100 apart
+    assert ra.compose(modes, 0, 8, (2, 8), (8, 1)) == (100, (((2, 100),), ((8, 1),)))
+    # Rows 4 to 11 cross from one row of modes into the next: no strides.
+    assert ra.compose(modes, 0, 4, (8,), (1,)) is None
+    assert ra.compose(modes, 0, 24, (2, 8), (8, 1)) is None  # past the end
+
+
+def test_trtllm_block_fp8_experts_are_composed_byte_for_byte():
+    what, _ = traced(trtllm)
+    assert set(what.sources) == {"w13_weight", "w2_weight", "w13_weight_scale_inv",
+                                 "w2_weight_scale_inv"}
+    assert {n: [op for op, _, _ in ops] for n, ops in what.epilogues.items()} == {
+        "w13_weight_scale_inv": ["clamp_"], "w2_weight_scale_inv": ["clamp_"]}
+    for seed in (1, 2):
+        values = checkpoint(seed)
+        want = processed(values, trtllm)
+        assert want["w13_weight"].shape == (E, H // 128, 2 * I, 128)  # BlockMajorK
+        got = {n: torch.zeros_like(t) for n, t in want.items()}
+        for name, t in values.items():
+            for box in boxes(name, t.contiguous()):
+                writes = what.remap(name, box.storage_offset(), box.shape, box.stride())
+                assert not isinstance(writes, str), writes
+                for live, offset, shape, stride in writes:
+                    # Each write splits the box's dims, in order.
+                    assert len(shape) >= box.dim()
+                    torch.as_strided(got[live], shape, stride, offset).copy_(box.reshape(shape))
+        layer = Experts("cpu")
+        for name, t in layer.named_parameters():
+            t.data = got[name]
+        what.run_epilogues(layer)
+        for name, t in want.items():
+            assert torch.equal(got[name].view(torch.uint8), t.view(torch.uint8)), name
+
+
+def test_a_write_across_the_swapped_halves_does_not_compose():
+    what, _ = traced(trtllm)
+    # The whole of one expert's w13 runs backwards through the swap.
+    why = what.remap("w13_weight", 0, (2 * I, H), (H, 1))
+    assert isinstance(why, str) and "backwards" in why
+
+
+@pytest.mark.parametrize("process, says", [
+    (lambda layer: replace_parameter(layer, "w2_weight_scale_inv",
+                                     layer.w2_weight_scale_inv * 2), "computes mul"),
+    (lambda layer: replace_parameter(layer, "w2_weight",
+                                     layer.w2_weight.to(torch.bfloat16)), "converts"),
+    (lambda layer: replace_parameter(
+        layer, "w2_weight",
+        layer.w2_weight[:, torch.randperm(H, generator=torch.Generator().manual_seed(0))]),
+     "folds into no modes"),
+    (lambda layer: replace_parameter(
+        layer, "w2_weight", layer.w2_weight.view(torch.uint8).view(torch.int16).clone()),
+     "as torch.int16"),
+])
+def test_processing_that_is_no_rearrangement_is_refused_with_its_step(process, says):
+    layer = Experts("meta")
+    live = processed(checkpoint(0), lambda real: None)
+    with pytest.raises(ra.NotRearrangement, match=says):
+        ra.trace(layer, dict(layer.named_parameters()), live, lambda: process(layer))
+
+
+def test_a_traced_layout_unlike_the_engines_is_refused():
+    layer = Experts("meta")
+    live = processed(checkpoint(0), lambda real: None)  # the engine's: not processed
+    with pytest.raises(ra.NotRearrangement, match="the engine's is"):
+        ra.trace(layer, dict(layer.named_parameters()), live, lambda: trtllm(layer))
