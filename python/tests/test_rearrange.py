@@ -16,6 +16,7 @@ from vllm.model_executor.layers.quantization.utils.flashinfer_utils import (  # 
 )
 from vllm.model_executor.utils import replace_parameter  # noqa: E402
 
+import loadplan  # noqa: E402
 from loadplan.vllm import rearrange as ra  # noqa: E402
 
 E, I, H = 3, 128, 256  # experts, intermediate, hidden: BlockMajorK needs % 128
@@ -169,3 +170,93 @@ def test_a_traced_layout_unlike_the_engines_is_refused():
     live = processed(checkpoint(0), lambda real: None)  # the engine's: not processed
     with pytest.raises(ra.NotRearrangement, match="the engine's is"):
         ra.trace(layer, dict(layer.named_parameters()), live, lambda: trtllm(layer))
+
+
+# -- the capture, redirected ---------------------------------------------------
+
+R, C = 8, 16  # each half's rows, the columns
+
+
+class Fused(torch.nn.Module):
+    """A gate/up projection: checkpoint names ``gate`` and ``up`` (``[R, C]``
+    each) load into the halves of ``proj.weight`` (``[2R, C]``), ``both``
+    into all of it."""
+
+    def __init__(self, device: str):
+        super().__init__()
+        self.proj = torch.nn.Module()
+        self.proj.weight = torch.nn.Parameter(
+            torch.empty(2 * R, C, dtype=torch.bfloat16, device=device), requires_grad=False)
+
+    def load_weights(self, weights):
+        for name, w in weights:
+            rows = {"gate": slice(0, R), "up": slice(R, 2 * R), "both": slice(0, 2 * R)}[name]
+            self.proj.weight.data[rows].copy_(w)
+
+
+def swap_and_transpose(proj: torch.nn.Module) -> None:
+    """A processing that only moves elements, into a tensor of another
+    shape: the halves swapped (vLLM's own swap), then transposed."""
+    proj.weight.data = swap_w13_to_w31(proj.weight).t().contiguous()
+
+
+def plan_rearranged(model: Fused, metas):
+    """``plan_loads`` of ``model`` (processed, live) as the vLLM worker
+    plans a rearranged layer: its targets taken live, then the loader
+    traced into its checkpoint format, redirected."""
+    from loadplan.capture import Redirect, Targets, storage_key
+
+    live = model.proj.weight
+    stand_in = Fused("meta")
+    what = ra.trace(stand_in.proj, {"weight": stand_in.proj.weight}, {"weight": live.data},
+                    lambda: swap_and_transpose(stand_in.proj))
+    targets = Targets(model)
+    [target] = [t for t in targets.targets if t.qualified_name == "proj.weight"]
+
+    def remap(offset, shape, stride):
+        found = what.remap("weight", offset, shape, stride)
+        return found if isinstance(found, str) else [(target, *rest) for _, *rest in found]
+
+    checkpoint = torch.nn.Parameter(torch.empty(2 * R, C, dtype=torch.bfloat16, device="meta"),
+                                    requires_grad=False)
+    model.proj.weight = checkpoint
+    try:
+        return loadplan.plan_loads(model, metas, targets=targets, redirects={
+            storage_key(checkpoint): Redirect("proj", "weight", torch.bfloat16, remap)})
+    finally:
+        model.proj.weight = live
+
+
+def test_the_loader_writes_straight_to_where_the_processing_puts_each_element():
+    from loadplan import ParamMeta
+
+    g = torch.Generator().manual_seed(3)
+    gate, up = (torch.randn(R, C, generator=g).to(torch.bfloat16) for _ in range(2))
+    reference = Fused("cpu")
+    reference.load_weights([("gate", gate), ("up", up)])
+    swap_and_transpose(reference.proj)
+    model = Fused("cpu")
+    model.load_weights([("gate", up), ("up", gate)])
+    swap_and_transpose(model.proj)  # the engine at start-up: other values
+    metas = [ParamMeta("gate", (R, C), torch.bfloat16), ParamMeta("up", (R, C), torch.bfloat16)]
+    plan = plan_rearranged(model, metas)
+    assert {n: e.kind for n, e in plan.entries.items()} == {"gate": "direct", "up": "direct"}
+    # gate's rows are the second half of each live row: columns R..2R.
+    [write] = plan.entries["gate"].writes
+    assert (write.offset, write.shape, write.stride) == (R, (R, C), (1, 2 * R))
+    loadplan.load_planned(model, plan, [("gate", gate), ("up", up)])
+    assert torch.equal(model.proj.weight.view(torch.int16),
+                       reference.proj.weight.view(torch.int16))
+
+
+def test_a_write_that_does_not_follow_the_processing_falls_back_with_why():
+    from loadplan import ParamMeta
+
+    model = Fused("cpu")
+    model.load_weights([("both", torch.zeros(2 * R, C, dtype=torch.bfloat16))])
+    swap_and_transpose(model.proj)
+    plan = plan_rearranged(model, [ParamMeta("both", (2 * R, C), torch.bfloat16)])
+    entry = plan.entries["both"]
+    assert entry.kind == "fallback"
+    assert entry.reason.startswith("vLLM rearranges proj after loading, and a write of it "
+                                   "does not follow: a write into weight"), entry.reason

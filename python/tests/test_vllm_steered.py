@@ -200,3 +200,31 @@ def test_flashinfer_sinks_follow_every_update(models, tmp_path):
             {n: plan["kinds"][n] for n in sinks}
     finally:
         cluster.close()
+
+
+def test_a_restarted_worker_traces_its_rearranged_layers_again(models, tmp_path):
+    # A worker that reads its saved plan (no loader trace) traces the
+    # processing of its rearranged layers again (data-free) for their
+    # epilogues, and its updates stay exact.
+    spec = h.Spec(model_dir=models("qwen3_moe", **FP8_MODEL), plan_dir=str(tmp_path / "plans"),
+                  timeout=60.0, fp8=True, family="qwen3_moe", steer="fi-trtllm-fp8-moe")
+    first = h.Cluster(spec)
+    try:
+        for round_ in (1, 2):
+            assert all(s == "ok" for s, _ in first.update(round_))
+        [before] = first.workers("plan")
+        assert before["traced"] and len(before["rearranged"]) == 2, before["rearranged"]
+    finally:
+        first.close()
+    again = h.Cluster(h.Spec(**{**spec.__dict__, "master_port": 0, "vllm_port": 0}))
+    try:
+        for round_ in (3, 4):
+            results = again.update(round_)
+            assert all(s == "ok" for s, _ in results), results
+            problems = h.inexact(again, round_)
+            assert not problems, problems[0]
+        [plan] = again.workers("plan")
+        assert not plan["traced"]
+        assert plan["rearranged"] == before["rearranged"] and plan["processed"] == []
+    finally:
+        again.close()
