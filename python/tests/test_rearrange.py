@@ -154,9 +154,11 @@ def test_a_write_across_the_swapped_halves_does_not_compose():
         layer, "w2_weight",
         layer.w2_weight[:, torch.randperm(H, generator=torch.Generator().manual_seed(0))]),
      "folds into no modes"),
+    # Two bytes that come from different places make no element.
     (lambda layer: replace_parameter(
-        layer, "w2_weight", layer.w2_weight.view(torch.uint8).view(torch.int16).clone()),
-     "as torch.int16"),
+        layer, "w2_weight",
+        layer.w2_weight.transpose(1, 2).contiguous().view(torch.int16).clone()),
+     "as torch.int16 splits its elements"),
 ])
 def test_processing_that_is_no_rearrangement_is_refused_with_its_step(process, says):
     layer = Experts("meta")
@@ -260,3 +262,73 @@ def test_a_write_that_does_not_follow_the_processing_falls_back_with_why():
     assert entry.kind == "fallback"
     assert entry.reason.startswith("vLLM rearranges proj after loading, and a write of it "
                                    "does not follow: a write into weight"), entry.reason
+
+
+# -- FlashInfer TRT-LLM's bf16 experts: padding zeroed, rows permuted in place --
+
+P = 128  # the intermediate, padded; I of it loaded (32)
+I16 = 32
+
+
+class Experts16(torch.nn.Module):
+    def __init__(self, device: str):
+        super().__init__()
+        self.w13_weight = torch.nn.Parameter(
+            torch.empty(E, 2 * P, H, dtype=torch.bfloat16, device=device), requires_grad=False)
+        self.w2_weight = torch.nn.Parameter(
+            torch.empty(E, H, P, dtype=torch.bfloat16, device=device), requires_grad=False)
+
+
+def trtllm_bf16(layer: Experts16) -> None:
+    """vLLM's FlashInfer TRT-LLM bf16 processing, with its own functions:
+    the padding zeroed, then each expert's rows permuted into BlockMajorK
+    order in place, through one expert's scratch."""
+    from types import SimpleNamespace
+
+    from vllm.model_executor.layers.fused_moe.oracle.unquantized import (
+        _zero_intermediate_padding,
+    )
+    from vllm.model_executor.layers.quantization.utils.flashinfer_utils import (
+        convert_moe_weights_to_flashinfer_trtllm_block_layout,
+    )
+
+    config = SimpleNamespace(intermediate_size_per_partition_unpadded=I16,
+                             intermediate_size_per_partition=P, is_act_and_mul=True)
+    _zero_intermediate_padding(config, layer.w13_weight, layer.w2_weight)
+    convert_moe_weights_to_flashinfer_trtllm_block_layout({}, layer.w13_weight, layer.w2_weight)
+
+
+def test_trtllm_bf16_experts_in_place_with_padding_are_composed_byte_for_byte():
+    layer = Experts16("meta")
+    g = torch.Generator().manual_seed(5)
+    values = {n: torch.randn(t.shape, generator=g).to(torch.bfloat16)
+              for n, t in layer.named_parameters()}  # padding too: it must be zeroed
+    real = Experts16("cpu")
+    for n, t in real.named_parameters():
+        t.data.copy_(values[n])
+    trtllm_bf16(real)
+    want = {n: t.data for n, t in real.named_parameters()}
+    what = ra.trace(layer, dict(layer.named_parameters()), want, lambda: trtllm_bf16(layer))
+    assert set(what.zeroed) == {"w13_weight", "w2_weight"}
+    # What a loader writes: per expert the gate rows, the up rows, w2's columns.
+    regions = []
+    for e in range(E):
+        for rows in (slice(0, I16), slice(P, P + I16)):
+            regions.append(("w13_weight", values["w13_weight"][e, rows]))
+        regions.append(("w2_weight", values["w2_weight"][e, :, :I16]))
+    got = {n: torch.full_like(t, 3.0) for n, t in want.items()}  # what the writes miss shows
+    for name, box in regions:
+        full = values[name]
+        offset = box.data_ptr() // 2 - full.data_ptr() // 2
+        writes = what.remap(name, offset, box.shape, box.stride())
+        assert not isinstance(writes, str), writes
+        for live, off, shape, stride in writes:
+            torch.as_strided(got[live], shape, stride, off).copy_(box.reshape(shape))
+    for source in what.zeroed:
+        for live, off, shape, stride in what.zero_regions(source):
+            torch.as_strided(got[live].view(-1).view(torch.uint8), shape, stride, off).zero_()
+    for name, t in want.items():
+        assert torch.equal(got[name].view(torch.int16), t.view(torch.int16)), name
+    # A write that reaches the padding would be zeroed by the processing.
+    why = what.remap("w13_weight", 0, (I16 + 1, H), (H, 1))
+    assert isinstance(why, str) and "zeroes" in why

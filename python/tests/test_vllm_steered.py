@@ -47,11 +47,12 @@ SCENARIOS = {
         ["DeepGemmFp8BlockScaledMMKernel (E8M0): 8 layers, scales int32"],
         (), FP8_LINEARS, ()),
     # Qwen3-MoE bf16 on a Blackwell at TP=2: FlashInfer TRT-LLM's experts,
-    # the intermediate (32 per rank) padded to 128 and permuted in place.
+    # the intermediate (32 per rank) padded to 128, the padding zeroed and
+    # each expert's rows permuted in place through a scratch: rearranged.
     "qwen3_moe-tp2-fi-trtllm-bf16": (
         dict(family="qwen3_moe", tp=2, steer="fi-trtllm-bf16-moe"),
         ["unquantized_backend FLASHINFER_TRTLLM: 2 layers, intermediate 32 padded to 128"],
-        (), ("mlp.experts.routed_experts",), ()),
+        (), (), ("mlp.experts.routed_experts",)),
     # A block-fp8 MoE on a Hopper with expert parallelism: FlashInfer
     # CUTLASS experts (w13's halves swapped, scales clamped: rearranged)
     # and DeepGEMM linears.

@@ -362,8 +362,10 @@ def rearranged(layer: torch.nn.Module, dtype: torch.dtype
                ) -> tuple[rearrange.Rearranged | None, str | None]:
     """Whether the layer's processing only moves elements
     (``rearrange.trace``, run on its checkpoint format on the meta device,
-    as at a first load): ``(what it does, None)`` if so, else ``(None, why
-    not)``. Its MoE method's kernel is not rebuilt from the meta tensors."""
+    as vLLM's reload runs it, or as at a first load where that gives the
+    live shapes: ``needs_first_load``): ``(what it does, None)`` if so,
+    else ``(None, why not)``. Its MoE method's kernel is not rebuilt from
+    the meta tensors."""
     if (not isinstance(getattr(layer, "quant_method", None), QuantizeMethodBase)
             or is_deferred_attention_layer(layer)):
         return None, "it is no quantization layer"
@@ -375,10 +377,11 @@ def rearranged(layer: torch.nn.Module, dtype: torch.dtype
             method._init_moe_kernel = lambda layer: None  # the kernel: not weights
         _process(layer, dtype)
 
+    first = needs_first_load(layer)
     with checkpoint_format([layer]):
         checkpoint = dict(get_layer_tensors(layer))
         try:
-            with _first_load(layer), torch.no_grad():
+            with _first_load(layer) if first else contextlib.nullcontext(), torch.no_grad():
                 return rearrange.trace(layer, checkpoint, live, process), None
         except rearrange.NotRearrangement as e:
             return None, str(e)
@@ -491,6 +494,11 @@ def rearranges(plan, writers: Writers, model: torch.nn.Module, module: str,
                 t.data.view(-1).view(torch.uint8).fill_(0xA5)  # what the writes miss shows
         copy_with_torch(plan, [(n, received[n]) for n in names])
         what.run_epilogues(layer)
+        # The padding the processing zeroed stays zero (no name writes it).
+        for source in what.zeroed:
+            for live, offset, shape, stride in what.zero_regions(source):
+                t = getattr(layer, live).data
+                torch.as_strided(t.view(-1).view(torch.uint8), shape, stride, offset).zero_()
         return _unlike(layer, after)
     except Exception as e:  # noqa: BLE001 - any failure means: reload it
         return f"its writes fail: {type(e).__name__}: {e}"

@@ -38,7 +38,8 @@ from math import prod
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+from torch.utils._python_dispatch import _disable_current_modes as no_dispatch
+from torch.utils._pytree import tree_leaves, tree_map
 
 from ..capture.targets import storage_key
 
@@ -150,19 +151,59 @@ def compose(modes: Sequence[Mode], base: int, offset: int, shape: Sequence[int],
     return base + sum(d * st for d, (_, st) in zip(off, modes)), tuple(dims)
 
 
-def _flat(layout: Layout) -> list[Mode]:
-    return [m for modes in layout.dims for m in modes]
+@dataclass(frozen=True)
+class Piece:
+    """Bytes ``[start, stop)`` of a traced storage: byte ``start + i`` is
+    byte ``base + evaluate(modes, i)`` of ``source``; None: bytes no
+    checkpoint tensor gave (scratch not yet written)."""
+
+    start: int
+    stop: int
+    source: str | None
+    base: int = 0
+    modes: tuple[Mode, ...] = ()
 
 
 @dataclass
 class Storage:
-    """What a traced storage holds: element ``i`` (in elements of
-    ``itemsize`` bytes) is ``layout``'s element ``i`` (a 1-d layout), with
-    ``epilogue`` applied."""
+    """What a traced storage holds, byte by byte (``pieces``, in order), and
+    the epilogue applied to all of it. ``own``: the checkpoint-format
+    tensor it was, if any."""
 
-    layout: Layout
-    itemsize: int
+    pieces: list[Piece]
     epilogue: tuple = ()
+    own: str | None = None
+
+
+def _runs(pieces: list[Piece]) -> list[Piece]:
+    """``pieces`` with each run of neighbours that differ only by a constant
+    step of their bases merged into one (a mode more)."""
+    out: list[Piece] = []
+    i = 0
+    while i < len(pieces):
+        p, j, step = pieces[i], i + 1, None
+        length = p.stop - p.start
+        while p.source is not None and j < len(pieces):
+            q, prev = pieces[j], pieces[j - 1]
+            if (q.source != p.source or q.modes != p.modes or q.start != prev.stop
+                    or q.stop - q.start != length
+                    or (step is not None and q.base - prev.base != step)):
+                break
+            step = q.base - prev.base
+            j += 1
+        if j - i > 1:
+            p = Piece(p.start, pieces[j - 1].stop, p.source, p.base, ((j - i, step), *p.modes))
+        out.append(p)
+        i = j
+    return out
+
+
+def _byte_region(t: torch.Tensor) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """``t`` in bytes of its storage: offset, shape and strides, an
+    innermost dim for the bytes of an element."""
+    size = t.element_size()
+    return (t.storage_offset() * size, (*t.shape, size),
+            (*(st * size for st in t.stride()), 1))
 
 
 # -- the trace ----------------------------------------------------------------
@@ -174,11 +215,13 @@ _COPIES = {aten.clone, aten._to_copy}
 # In-place elementwise ops that give the same result when run twice: run on
 # the live tensor after each update's writes.
 _IDEMPOTENT = {aten.clamp_, aten.clamp_min_, aten.clamp_max_}
+# Writes of zeros.
+_ZEROS = {aten.zero_, aten.fill_}
 
 
 class _Follow(TorchDispatchMode):
-    """Follows the elements of the traced storages through the ops that
-    run on them (see the module doc)."""
+    """Follows the bytes of the traced storages through the ops that run
+    on them (see the module doc)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -186,43 +229,103 @@ class _Follow(TorchDispatchMode):
         # Meta tensors made from real ones (a gather's index moved to the
         # layer's device): their values.
         self.values: dict[int, torch.Tensor] = {}
+        # Per checkpoint-format tensor, its bytes the processing zeroes
+        # before moving them (padding): layouts of those regions.
+        self.zeroed: dict[str, list[Layout]] = {}
         self.keep: list[torch.Tensor] = []  # so that storage keys stay unique
 
     def track(self, t: torch.Tensor, source: str) -> None:
         if not t.is_contiguous():
             raise NotRearrangement(f"{source} is not contiguous in its checkpoint format")
-        modes = tuple((n, 1) for n in [t.numel()] if n > 1)
-        self.storages[storage_key(t)] = Storage(Layout(source, 0, (modes,)), t.element_size())
+        n = t.numel() * t.element_size()
+        modes = ((n, 1),) if n > 1 else ()
+        self.storages[storage_key(t)] = Storage([Piece(0, n, source, 0, modes)], own=source)
         self.keep.append(t)
 
     def layout_of(self, t: torch.Tensor) -> Layout | None:
-        """``t``'s layout, None where its storage is not traced."""
+        """``t``'s layout (strides in bytes of its source), None where its
+        storage is not traced."""
         entry = self.storages.get(storage_key(t))
         if entry is None:
             return None
-        if t.element_size() != entry.itemsize:
-            raise NotRearrangement(f"a view of {entry.layout.source} as {t.dtype}")
-        (modes,) = entry.layout.dims
-        found = compose(modes, entry.layout.base, t.storage_offset(), t.shape, t.stride())
-        if found is None:
-            raise NotRearrangement(f"a view of {entry.layout.source} with strides "
-                                   f"{list(t.stride())} that no modes hold")
-        return Layout(entry.layout.source, found[0], found[1])
+        piece, found = self._read(entry, t)
+        base, dims = found
+        size = t.element_size()
+        if dims[-1] != (((size, 1),) if size > 1 else ()):
+            raise NotRearrangement(f"a view of {piece.source} as {t.dtype} splits its elements")
+        return Layout(piece.source, base, dims[:-1])
 
-    def _store(self, out: torch.Tensor, layout: Layout, epilogue: tuple) -> None:
-        """``out`` (a whole new storage) holds ``layout``'s elements."""
-        if out.untyped_storage().nbytes() != out.numel() * out.element_size():
-            raise NotRearrangement("a copy into part of a new tensor")
-        order = sorted(range(out.dim()), key=lambda d: -out.stride()[d])
-        expect = 1
-        for d in reversed(order):
-            if out.shape[d] != 1 and out.stride()[d] != expect:
-                raise NotRearrangement("a copy into a tensor that is not dense")
-            expect *= out.shape[d]
-        modes = tuple(m for d in order for m in layout.dims[d])
-        self.storages[storage_key(out)] = Storage(Layout(layout.source, layout.base, (modes,)),
-                                                  out.element_size(), epilogue)
-        self.keep.append(out)
+    def _read(self, entry: Storage, t: torch.Tensor):
+        offset, shape, stride = _byte_region(t)
+        stop = offset + 1 + sum((n - 1) * st for n, st in zip(shape, stride))
+        for attempt in (0, 1):
+            inside = [p for p in entry.pieces if p.start <= offset and stop <= p.stop]
+            if inside or attempt:
+                break
+            entry.pieces = _runs(entry.pieces)
+        if not inside:
+            raise NotRearrangement("a view across parts of a tensor written apart")
+        piece = inside[0]
+        if piece.source is None:
+            raise NotRearrangement("a read of bytes no checkpoint tensor gave")
+        found = compose(piece.modes, piece.base, offset - piece.start, shape, stride)
+        if found is None:
+            raise NotRearrangement(f"a view of {piece.source} with strides "
+                                   f"{list(t.stride())} that no modes hold")
+        return piece, found
+
+    def _write(self, dst: torch.Tensor, layout: Layout, epilogue: tuple) -> None:
+        """``dst`` (a view of any storage) now holds ``layout``'s elements."""
+        size = dst.element_size()
+        byte = ((size, 1),) if size > 1 else ()
+        nbytes = dst.untyped_storage().nbytes()
+        if dst.is_contiguous():
+            start = dst.storage_offset() * size
+            modes = tuple(m for d in layout.dims for m in d) + byte
+        else:
+            # Dense over its whole storage in another order (clone keeps
+            # strides): the storage's order of dims.
+            order = sorted(range(dst.dim()), key=lambda d: -dst.stride()[d])
+            expect = 1
+            for d in reversed(order):
+                if dst.shape[d] != 1 and dst.stride()[d] != expect:
+                    raise NotRearrangement("a copy into a tensor that is not dense")
+                expect *= dst.shape[d]
+            if expect * size != nbytes or dst.storage_offset():
+                raise NotRearrangement("a copy into part of a tensor, out of order")
+            start = 0
+            modes = tuple(m for d in order for m in layout.dims[d]) + byte
+        stop = start + dst.numel() * size
+        new = Piece(start, stop, layout.source, layout.base, modes)
+        entry = self.storages.get(storage_key(dst))
+        if entry is None:
+            entry = self.storages[storage_key(dst)] = Storage([Piece(0, nbytes, None)])
+            self.keep.append(dst)
+        whole = start == 0 and stop == nbytes
+        if not whole and entry.epilogue != epilogue:
+            raise NotRearrangement("a copy into part of a tensor with another epilogue")
+        entry.epilogue = epilogue
+        pieces = []
+        for p in entry.pieces:
+            if p.stop <= start or p.start >= stop:
+                pieces.append(p)
+                continue
+            for lo, hi in ((p.start, start), (stop, p.stop)):
+                if lo < hi:  # the part of p the write leaves
+                    pieces.append(self._cut(p, lo, hi))
+        pieces.append(new)
+        entry.pieces = sorted(pieces, key=lambda p: p.start)
+        if entry.own is not None and new.source != entry.own:
+            entry.own = None
+
+    @staticmethod
+    def _cut(p: Piece, lo: int, hi: int) -> Piece:
+        if p.source is None:
+            return Piece(lo, hi, None)
+        found = compose(p.modes, p.base, lo - p.start, (hi - lo,), (1,))
+        if found is None:
+            raise NotRearrangement("a copy into part of a rearranged tensor")
+        return Piece(lo, hi, p.source, found[0], found[1][0])
 
     def _epilogue(self, t: torch.Tensor) -> tuple:
         entry = self.storages.get(storage_key(t))
@@ -235,10 +338,8 @@ class _Follow(TorchDispatchMode):
         packet = func.overloadpacket
         if not traced:
             out = func(*args, **kwargs)
-            if (packet in _COPIES and isinstance(out, torch.Tensor) and out.is_meta
-                    and tensors and not tensors[0].is_meta):
-                self.values[storage_key(out)] = tensors[0].clone()
-                self.keep.append(out)
+            if isinstance(out, torch.Tensor) and out.is_meta:
+                self._shadow(func, args, kwargs, out)
             return out
         if func.is_view or packet in _ALIASES:
             return func(*args, **kwargs)
@@ -247,7 +348,7 @@ class _Follow(TorchDispatchMode):
             if packet is aten._to_copy and kwargs.get("dtype", src.dtype) != src.dtype:
                 raise NotRearrangement(f"{packet.__name__} converts to {kwargs['dtype']}")
             out = func(*args, **kwargs)
-            self._store(out, self._need(src), self._epilogue(src))
+            self._write(out, self._need(src), self._epilogue(src))
             return out
         if packet is aten.flip:
             layout = self._need(src)
@@ -260,7 +361,7 @@ class _Follow(TorchDispatchMode):
                 base += int(values[0])
                 dims[d] = self._fit(values - values[0], layout.source)
             out = func(*args, **kwargs)
-            self._store(out, Layout(layout.source, base, tuple(dims)), self._epilogue(src))
+            self._write(out, Layout(layout.source, base, tuple(dims)), self._epilogue(src))
             return out
         if packet in (aten.index, aten.index_select):
             if packet is aten.index:
@@ -280,19 +381,19 @@ class _Follow(TorchDispatchMode):
             dims = list(layout.dims)
             dims[dim] = self._fit(picked - picked[0], layout.source)
             out = func(*args, **kwargs)
-            self._store(out, Layout(layout.source, layout.base + int(picked[0]), tuple(dims)),
+            self._write(out, Layout(layout.source, layout.base + int(picked[0]), tuple(dims)),
                         self._epilogue(src))
             return out
         if packet is aten.copy_:
             dst, value = args[0], args[1]
             if storage_key(value) not in self.storages:
                 raise NotRearrangement("a traced tensor overwritten with untraced values")
-            layout, mine = self._need(value), self.layout_of(dst)
-            if storage_key(dst) == storage_key(value) and mine == layout:
+            layout = self._need(value)
+            if storage_key(dst) == storage_key(value) and self.layout_of(dst) == layout:
                 return dst  # a copy onto itself
             if tuple(dst.shape) != tuple(value.shape):
                 raise NotRearrangement("a copy that broadcasts")
-            self._store(dst, layout, self._epilogue(value))
+            self._write(dst, layout, self._epilogue(value))
             return dst
         if packet in _IDEMPOTENT:
             entry = self.storages[storage_key(src)]
@@ -300,8 +401,49 @@ class _Follow(TorchDispatchMode):
                 raise NotRearrangement(f"{packet.__name__} on part of a tensor")
             entry.epilogue += ((packet.__name__, tuple(args[1:]), dict(kwargs)),)
             return src
+        if packet in _ZEROS and (packet is aten.zero_ or (len(args) > 1 and args[1] == 0)):
+            # Padding zeroed before it moves: bytes of the checkpoint format
+            # no name writes; where they go stays zero.
+            entry = self.storages[storage_key(src)]
+            layout = self.layout_of(src)
+            if entry.own is None or layout.source != entry.own:
+                raise NotRearrangement("zeros written into a rearranged tensor")
+            self.zeroed.setdefault(layout.source, []).append(layout)
+            return src
         raise NotRearrangement(f"it computes {packet.__name__} on "
-                               f"{self.storages[storage_key(traced[0])].layout.source}")
+                               f"{self._source(traced[0])}")
+
+    def _shadow(self, func, args, kwargs, out: torch.Tensor) -> None:
+        """Values of ``out``, an untraced meta tensor, where its inputs'
+        values are known (an index made on the host, moved to the meta
+        device, then shifted): the op run again on them, on the host."""
+        if not out.is_contiguous() or out.storage_offset() or out.numel() > (1 << 22):
+            return
+        unknown = []
+
+        def host(a):
+            if isinstance(a, torch.Tensor) and a.is_meta:
+                known = self.values.get(storage_key(a))
+                if known is None:
+                    unknown.append(a)
+                    return a
+                return torch.as_strided(known, a.shape, a.stride(), a.storage_offset())
+            if isinstance(a, torch.device) and a.type == "meta":
+                return torch.device("cpu")
+            return a
+
+        real_args, real_kwargs = tree_map(host, (args, kwargs))
+        if unknown:
+            return
+        with no_dispatch():
+            value = func(*real_args, **real_kwargs)
+        if isinstance(value, torch.Tensor) and tuple(value.shape) == tuple(out.shape):
+            self.values[storage_key(out)] = value.contiguous().view(-1)
+            self.keep.append(out)
+
+    def _source(self, t: torch.Tensor) -> str:
+        sources = [p.source for p in self.storages[storage_key(t)].pieces if p.source]
+        return sources[0] if sources else "a traced tensor"
 
     def _need(self, t: torch.Tensor) -> Layout:
         layout = self.layout_of(t)
@@ -331,55 +473,154 @@ class _Follow(TorchDispatchMode):
 
 @dataclass(frozen=True)
 class Place:
-    """Where a checkpoint-format tensor's elements go in one live tensor:
-    its element ``x`` (row-major) to the live tensor's element
-    ``base + evaluate(modes, x)`` (``as_strided`` terms from the live
-    tensor's first element)."""
+    """Where a checkpoint-format tensor's bytes go in one live tensor: its
+    byte ``x`` (row-major) to the live tensor's byte ``base +
+    evaluate(modes, x)`` (from the live tensor's first byte)."""
 
     live: str  # the live tensor's name in the layer
     base: int
     modes: tuple[Mode, ...]
 
 
+Box = tuple[tuple[int, int], ...]  # per dim of a checkpoint-format tensor, [start, stop)
+
+
+def _box(offset: int, shape: Sequence[int], stride: Sequence[int], full: Sequence[int]
+         ) -> Box | None:
+    """The region ``(offset, shape, stride)`` (elements) of a contiguous
+    tensor of shape ``full`` as a box of it, None if it is none."""
+    strides = [prod(full[d + 1:]) for d in range(len(full))]
+    start = []
+    for st in strides:
+        start.append(offset // st if st else 0)
+        offset -= start[-1] * st
+    stop = [a + 1 for a in start]
+    for n, st in zip(shape, stride):
+        if n == 1:
+            continue
+        dims = [d for d in range(len(full)) if strides[d] == st and full[d] > 1]
+        if len(dims) != 1 or stop[dims[0]] - start[dims[0]] != 1:
+            return None
+        stop[dims[0]] = start[dims[0]] + n
+    if any(b > f for b, f in zip(stop, full)):
+        return None
+    return tuple(zip(start, stop))
+
+
+def _meet(a: Box, b: Box) -> bool:
+    return all(max(x0, y0) < min(x1, y1) for (x0, x1), (y0, y1) in zip(a, b))
+
+
 @dataclass
 class Rearranged:
     """A layer whose processing only moves elements: per checkpoint-format
-    tensor, the places its elements go; per live tensor, the epilogue run
-    on it after each update's writes (ops in place, as ``(aten op name,
-    args, kwargs)``)."""
+    tensor, the places its bytes go, and the boxes of it the processing
+    zeroes before moving them (padding: no name may write there, and where
+    they go stays zero); per live tensor, the epilogue run on it after each
+    update's writes (ops in place, as ``(aten op name, args, kwargs)``)."""
 
     places: dict[str, list[Place]]
+    shapes: dict[str, tuple[tuple[int, ...], int]] = field(default_factory=dict)
+    zeroed: dict[str, list[Box]] = field(default_factory=dict)
     epilogues: dict[str, tuple] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # live tensor -> source
 
     def remap(self, source: str, offset: int, shape: Sequence[int], stride: Sequence[int]
               ) -> list[tuple[str, int, tuple[int, ...], tuple[int, ...]]] | str:
-        """A copy into the region ``(offset, shape, stride)`` of ``source``
-        as copies into the live tensors: ``(live tensor, offset, shape,
-        stride)`` each, the shape splitting the region's dims in order; or
-        why it cannot be."""
+        """A copy into the region ``(offset, shape, stride)`` (elements) of
+        ``source`` as copies into the live tensors: ``(live tensor, offset,
+        shape, stride)`` each, in elements, the shape splitting the
+        region's dims in order; or why it cannot be."""
+        full, size = self.shapes[source]
+        zeroed = self.zeroed.get(source, ())
+        if zeroed:
+            box = _box(offset, shape, stride, full)
+            if box is None or any(_meet(box, z) for z in zeroed):
+                return f"a write into {source} may reach bytes vLLM's processing zeroes"
         out = []
         for place in self.places.get(source, ()):
-            found = compose(place.modes, place.base, offset, shape, stride)
-            if found is None:
+            region = self._bytes(place, offset * size, (*shape, size),
+                                 (*(st * size for st in stride), 1))
+            if region is None:
                 return (f"a write into {source} at offset {offset}, shape {list(shape)}, "
                         f"strides {list(stride)} does not fold into {place.live}")
-            base, dims = found
+            base, dims = region
             sizes, strides = [], []
             for n, modes in zip(shape, dims):
-                if not modes:
-                    sizes.append(n)
-                    strides.append(1)
-                    continue
-                for size, st in modes:
+                for m, st in modes or ((n, 0),):
                     if st < 0:
                         return f"a write into {source} runs backwards through {place.live}"
-                    sizes.append(size)
-                    strides.append(st)
-            out.append((place.live, base, tuple(sizes), tuple(strides)))
+                    sizes.append(m)
+                    strides.append(st // size)
+            out.append((place.live, base // size, tuple(sizes), tuple(strides)))
         if not out:
             return f"vLLM's processing puts nothing of {source} into the layer"
         return out
+
+    @staticmethod
+    def _bytes(place: Place, offset: int, shape: tuple, stride: tuple):
+        """A byte region of the source in the live tensor: base and per-dim
+        modes in its bytes, whole elements only; None if it does not fold."""
+        found = compose(place.modes, place.base, offset, shape, stride)
+        if found is None:
+            return None
+        base, dims = found
+        size = shape[-1]
+        if dims[-1] != (((size, 1),) if size > 1 else ()) or base % size or any(
+                st % size for modes in dims[:-1] for _, st in modes):
+            return None
+        return base, dims[:-1]
+
+    def zero_regions(self, source: str, limit: int = 1 << 16):
+        """Where the zeroed boxes of ``source`` are in the live tensors:
+        ``(live tensor, byte offset, shape, strides)`` in bytes, a box cut
+        along its outer dims where it does not fold whole."""
+        full, size = self.shapes[source]
+        strides = [prod(full[d + 1:]) for d in range(len(full))]
+        todo = list(self.zeroed.get(source, ()))
+        out = []
+        while todo:
+            box = todo.pop()
+            offset = sum(a * st for (a, _), st in zip(box, strides))
+            shape = tuple(b - a for a, b in box)
+            for place in self.places[source]:
+                region = self._bytes(place, offset * size, (*shape, size),
+                                     (*(st * size for st in strides), 1))
+                if region is None:
+                    break
+                base, dims = region
+                sizes = [m for n, modes in zip(shape, dims) for m, _ in modes or ((n, 0),)]
+                steps = [st for n, modes in zip(shape, dims) for _, st in modes or ((n, 0),)]
+                out.append((place.live, base, (*sizes, size), (*steps, 1)))
+            else:
+                continue
+            if len(out) + len(todo) > limit:
+                raise NotRearrangement(f"zeroed bytes of {source} that fold nowhere")
+            todo += self._halves(source, box)
+        return out
+
+    def _halves(self, source: str, box: Box) -> list[Box]:
+        """``box`` cut in two along the innermost dim that does not fold on
+        its own, at its largest power-of-two boundary (a block edge), or
+        along its outermost dim of more than one."""
+        full, size = self.shapes[source]
+        strides = [prod(full[d + 1:]) for d in range(len(full))]
+        wide = [d for d, (a, b) in enumerate(box) if b - a > 1]
+        if not wide:
+            raise NotRearrangement(f"zeroed bytes of {source} that fold nowhere")
+        cut = wide[0]
+        for d in reversed(wide):
+            (a, b), offset = box[d], sum(lo * st for (lo, _), st in zip(box, strides))
+            if any(self._bytes(p, offset * size, (b - a, size), (strides[d] * size, 1)) is None
+                   for p in self.places[source]):
+                cut = d
+                break
+        a, b = box[cut]
+        step = 1 << (b - a).bit_length()
+        while step > 1 and (a // step + 1) * step >= b:
+            step //= 2
+        mid = (a // step + 1) * step if step > 1 else a + 1
+        return [box[:cut] + ((a, mid),) + box[cut + 1:], box[:cut] + ((mid, b),) + box[cut + 1:]]
 
     def run_epilogues(self, layer: torch.nn.Module) -> None:
         """The epilogues, on the layer's live tensors."""
@@ -389,33 +630,34 @@ class Rearranged:
                 getattr(aten, op)(t.data, *args, **kwargs)
 
 
-def _places(layout: Layout, live: torch.Tensor, name: str, numel: int) -> Place:
+def _places(layout: Layout, live: torch.Tensor, name: str, nbytes: int) -> Place:
     """The inverse of ``layout`` (of the live tensor ``name``): where each
-    element of its source goes. The live tensor must hold every element of
-    the source once."""
-    modes = []  # (size, source stride, live stride)
+    byte of its source goes. The live tensor must hold every byte of the
+    source once."""
+    size = live.element_size()
+    modes = [(size, 1, 1)] if size > 1 else []  # (size, source stride, live stride)
     base_live, base_src = 0, layout.base
     for d, dim_modes in enumerate(layout.dims):
-        step = live.stride()[d]
-        for size, src in reversed(dim_modes):
-            if size > 1:
+        step = live.stride()[d] * size
+        for n, src in reversed(dim_modes):
+            if n > 1:
                 if src < 0:  # count this digit down instead
-                    base_src += (size - 1) * src
-                    base_live += (size - 1) * step
-                    modes.append((size, -src, -step))
+                    base_src += (n - 1) * src
+                    base_live += (n - 1) * step
+                    modes.append((n, -src, -step))
                 else:
-                    modes.append((size, src, step))
-            step *= size
+                    modes.append((n, src, step))
+            step *= n
     modes.sort(key=lambda m: -m[1])
     expect = 1
-    for size, src, _ in reversed(modes):
+    for n, src, _ in reversed(modes):
         if src != expect:
             raise NotRearrangement(f"{name} does not hold each element of "
                                    f"{layout.source} once")
-        expect *= size
-    if base_src != 0 or expect != numel:
+        expect *= n
+    if base_src != 0 or expect != nbytes:
         raise NotRearrangement(f"{name} does not hold each element of {layout.source} once")
-    return Place(name, base_live, tuple((size, lst) for size, _, lst in modes))
+    return Place(name, base_live, tuple((n, lst) for n, _, lst in modes))
 
 
 @contextlib.contextmanager
@@ -486,7 +728,7 @@ def trace(layer: torch.nn.Module, checkpoint: Mapping[str, torch.Tensor],
             raise NotRearrangement(f"{name} is {real.dtype}, its source {layout.source} "
                                    f"{source.dtype}")
         places.setdefault(layout.source, []).append(
-            _places(layout, real, name, source.numel()))
+            _places(layout, real, name, source.numel() * source.element_size()))
         out.sources[name] = layout.source
         epilogue = follow.storages[storage_key(t)].epilogue
         if epilogue:
@@ -494,4 +736,20 @@ def trace(layer: torch.nn.Module, checkpoint: Mapping[str, torch.Tensor],
     missing = [n for n in checkpoint if n not in places and checkpoint[n].numel()]
     if missing:
         raise NotRearrangement(f"vLLM's processing puts nothing of {missing[0]} into the layer")
+    for name, t in checkpoint.items():
+        out.shapes[name] = (tuple(t.shape), t.element_size())
+        size = t.element_size()
+        for layout in follow.zeroed.get(name, ()):
+            dims = []
+            for modes in layout.dims:
+                if len(modes) > 1 or any(st % size for _, st in modes):
+                    raise NotRearrangement(f"zeros written into {name} in no box of it")
+                dims.append(modes[0] if modes else (1, 0))
+            box = _box(layout.base // size, [n for n, _ in dims],
+                       [st // size for _, st in dims], t.shape)
+            if box is None or layout.base % size:
+                raise NotRearrangement(f"zeros written into {name} in no box of it")
+            out.zeroed.setdefault(name, []).append(box)
+        if name in out.zeroed:
+            out.zero_regions(name)  # each zeroed box has its place
     return out
