@@ -7,20 +7,24 @@ rows in groups of 16 and regroup its weights into BlockMajorK order
 each element of its checkpoint format has one place in the live tensors,
 and the plan can write each name's boxes straight there.
 
-``trace(layer, dtype)`` runs the layer's own ``process_weights_after_loading``
-on its checkpoint format as meta tensors (no data), under a dispatch mode
-that follows where every element goes. Each tensor the processing makes is
-described by a ``Layout``: per dim, mixed-radix *modes* ``(size, stride)``,
-so that element ``c`` of the tensor is element ``base + sum(digit * stride)``
-of one checkpoint-format tensor (its *source*). Views need nothing: a view
-is read through its storage's layout. Copies (``clone``, ``contiguous``,
-``copy_`` into a whole new tensor), ``flip`` and gathers by a constant
-index (``t[:, rows]``, ``index_select``) make a new storage whose layout is
-computed; a gather's index must fold into modes (every row map vLLM's
-layouts use does: they permute the digits of a row number). Idempotent
-elementwise ops in place (``clamp_``, a scale clamp) become *epilogues*,
-run on the live tensor after each update's writes: they commute with moves.
-Anything else (arithmetic, a read of a value) means the layer is not a
+``trace(layer, checkpoint, live, process)`` runs the layer's own
+processing on its checkpoint format as meta tensors (no data), under a
+dispatch mode that follows where every byte goes. A storage the processing
+writes is held as *pieces* of bytes, each described by mixed-radix *modes*
+``(size, stride)``: byte ``i`` of the piece is byte ``base + sum(digit *
+stride)`` of one checkpoint-format tensor (its *source*). A tensor's
+``Layout`` is read from its storage's pieces: per dim, modes in bytes of
+the source. Views need nothing, whatever their dtype, as long as each
+element's bytes stay together. Copies (``clone``, ``contiguous``,
+``copy_``, also into part of a tensor), ``flip`` and gathers by a constant
+index (``t[:, rows]``, ``index_select``) make new pieces; a gather's index
+must fold into modes (every row map vLLM's layouts use does: they permute
+the digits of a row number), and its values are followed from where they
+are computed on the host. Zeros written into the checkpoint format
+(padding) are kept as boxes of it. Idempotent elementwise ops in place
+(``clamp_``, a scale clamp) become *epilogues*, run on the live tensor
+after each update's writes: they commute with moves. Anything else
+(arithmetic, a conversion, a read of a value) means the layer is not a
 rearrangement; ``trace`` says which op.
 
 ``Rearranged.remap`` then composes: a loader's copy into a region of a
@@ -102,9 +106,10 @@ def fit(values: torch.Tensor) -> tuple[Mode, ...] | None:
 
 @dataclass(frozen=True)
 class Layout:
-    """Where each element of a tensor comes from: element ``c`` is element
-    ``base + sum over dims j of evaluate(dims[j], c[j])`` of ``source``
-    (a checkpoint-format tensor, in its elements, row-major)."""
+    """Where each element of a tensor comes from: element ``c`` starts at
+    byte ``base + sum over dims j of evaluate(dims[j], c[j])`` of
+    ``source`` (a checkpoint-format tensor, row-major), and its bytes
+    follow one another there."""
 
     source: str
     base: int
@@ -401,7 +406,8 @@ class _Follow(TorchDispatchMode):
                 raise NotRearrangement(f"{packet.__name__} on part of a tensor")
             entry.epilogue += ((packet.__name__, tuple(args[1:]), dict(kwargs)),)
             return src
-        if packet in _ZEROS and (packet is aten.zero_ or (len(args) > 1 and args[1] == 0)):
+        if packet in _ZEROS and (packet is aten.zero_ or (
+                len(args) > 1 and isinstance(args[1], (int, float)) and args[1] == 0)):
             # Padding zeroed before it moves: bytes of the checkpoint format
             # no name writes; where they go stays zero.
             entry = self.storages[storage_key(src)]
