@@ -36,6 +36,7 @@ records them as ordinary direct writes).
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import prod
@@ -120,6 +121,27 @@ class Layout:
         return tuple(prod(s for s, _ in modes) for modes in self.dims)
 
 
+def _int_digits(modes: Sequence[Mode], x: int) -> list[int]:
+    """``_digits`` of one int, in Python ints."""
+    out = []
+    for size, _ in reversed(modes[1:]):
+        x, d = divmod(x, size)
+        out.append(d)
+    out.append(x)
+    return out[::-1]
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _walk(modes: tuple[Mode, ...], n: int, s: int) -> tuple[tuple[int, ...], tuple[Mode, ...] | None]:
+    """The largest digit each mode takes along ``n`` steps of ``s`` (from
+    0), and the modes of that walk; cached: every expert's box takes the
+    same walks, only its offset differs."""
+    walk = torch.arange(n, dtype=torch.int64) * s
+    digits = _digits(modes, walk)
+    values = sum(d * st for d, (_, st) in zip(digits, modes)) if modes else walk * 0
+    return tuple(int(d.max()) for d in digits), fit(values)
+
+
 def compose(modes: Sequence[Mode], base: int, offset: int, shape: Sequence[int],
             stride: Sequence[int]) -> tuple[int, tuple[tuple[Mode, ...], ...]] | None:
     """A strided region (``as_strided`` arguments) of a 1-d index space
@@ -127,33 +149,29 @@ def compose(modes: Sequence[Mode], base: int, offset: int, shape: Sequence[int],
     where a dim's walk does not fold into modes, or where the dims' digits
     could carry into each other (then the region is no sum of per-dim
     parts)."""
+    modes = tuple(modes)
     radices = [s for s, _ in modes]
     total = prod(radices)
-    if offset < 0:
+    if offset < 0 or (modes and offset >= total):
         return None
-    off = [int(d) for d in _digits(modes, torch.tensor([offset]))]
-    if off and off[0] >= radices[0]:
-        return None
-    high = list(off)
+    high = _int_digits(modes, offset)
+    base += sum(d * st for d, (_, st) in zip(high, modes))
     dims = []
     for n, s in zip(shape, stride):
         if n == 1:
             dims.append(())
             continue
-        walk = torch.arange(n, dtype=torch.int64) * s
-        if s < 0 or int(walk[-1]) >= total:
+        if s < 0 or (n - 1) * s >= total:
             return None
-        digits = _digits(modes, walk)
-        for i, d in enumerate(digits):
-            high[i] += int(d.max())
-        values = sum(d * st for d, (_, st) in zip(digits, modes)) if modes else walk * 0
-        fitted = fit(values)
+        maxima, fitted = _walk(modes, n, s)
         if fitted is None:
             return None
+        for i, m in enumerate(maxima):
+            high[i] += m
         dims.append(fitted)
     if any(h >= r for h, r in zip(high, radices)):
         return None
-    return base + sum(d * st for d, (_, st) in zip(off, modes)), tuple(dims)
+    return base, tuple(dims)
 
 
 @dataclass(frozen=True)
