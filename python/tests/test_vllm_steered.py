@@ -33,6 +33,9 @@ FP8_MODEL_TP2 = dict(FP8_MODEL, kv_heads=4)
 # those whose processing it runs in place after every update, and of those
 # whose names it writes where their processing moves them).
 FP8_LINEARS = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+# DeepSeek-V3's: MLA's fused q_a/kv_a, q_b, kv_b, o, the dense and shared MLPs.
+MLA_FP8_LINEARS = ("self_attn.fused_qkv_a_proj", "self_attn.q_b_proj", "self_attn.kv_b_proj",
+                   "self_attn.o_proj", "gate_up_proj", "down_proj")
 SCENARIOS = {
     # Qwen3-FP8 on a Hopper: every block-fp8 linear requantized to
     # power-of-two scales in place.
@@ -81,8 +84,7 @@ SCENARIOS = {
         ["DeepGemmFp8BlockScaledMMKernel (E8M0): 12 layers, scales float32",
          "fp8_backend FLASHINFER_CUTLASS: 1 layers"],
         ("mla_attn.mla_attn",),
-        ("self_attn.fused_qkv_a_proj", "self_attn.q_b_proj", "self_attn.kv_b_proj",
-         "self_attn.o_proj", "gate_up_proj", "down_proj"), ("mlp.experts.routed_experts",)),
+        MLA_FP8_LINEARS, ("mlp.experts.routed_experts",)),
     # ... on a Blackwell: the scales packed, the experts in BlockMajorK order.
     "deepseek_v3-fp8-blackwell": (
         dict(family="deepseek_v3", model=FP8_MLA_MODEL,
@@ -90,8 +92,7 @@ SCENARIOS = {
         ["DeepGemmFp8BlockScaledMMKernel (E8M0): 12 layers, scales int32",
          "fp8_backend FLASHINFER_TRTLLM: 1 layers, BlockMajorK"],
         ("mla_attn.mla_attn",),
-        ("self_attn.fused_qkv_a_proj", "self_attn.q_b_proj", "self_attn.kv_b_proj",
-         "self_attn.o_proj", "gate_up_proj", "down_proj"), ("mlp.experts.routed_experts",)),
+        MLA_FP8_LINEARS, ("mlp.experts.routed_experts",)),
 }
 
 

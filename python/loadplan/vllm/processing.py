@@ -495,10 +495,9 @@ def rearranges(plan, writers: Writers, model: torch.nn.Module, module: str,
         copy_with_torch(plan, [(n, received[n]) for n in names])
         what.run_epilogues(layer)
         # The padding the processing zeroed stays zero (no name writes it).
-        for source in what.zeroed:
-            for live, offset, shape, stride in what.zero_regions(source):
-                t = getattr(layer, live).data
-                torch.as_strided(t.view(-1).view(torch.uint8), shape, stride, offset).zero_()
+        for live, offset, shape, stride in what.zero_places:
+            t = getattr(layer, live).data
+            torch.as_strided(t.view(-1).view(torch.uint8), shape, stride, offset).zero_()
         return _unlike(layer, after)
     except Exception as e:  # noqa: BLE001 - any failure means: reload it
         return f"its writes fail: {type(e).__name__}: {e}"

@@ -116,10 +116,6 @@ class Layout:
     base: int
     dims: tuple[tuple[Mode, ...], ...]
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(prod(s for s, _ in modes) for modes in self.dims)
-
 
 def _int_digits(modes: Sequence[Mode], x: int) -> list[int]:
     """``_digits`` of one int, in Python ints."""
@@ -546,6 +542,9 @@ class Rearranged:
     places: dict[str, list[Place]]
     shapes: dict[str, tuple[tuple[int, ...], int]] = field(default_factory=dict)
     zeroed: dict[str, list[Box]] = field(default_factory=dict)
+    # Where the zeroed boxes are in the live tensors (``zero_regions``).
+    zero_places: list[tuple[str, int, tuple[int, ...], tuple[int, ...]]] = field(
+        default_factory=list)
     epilogues: dict[str, tuple] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # live tensor -> source
 
@@ -775,5 +774,5 @@ def trace(layer: torch.nn.Module, checkpoint: Mapping[str, torch.Tensor],
                 raise NotRearrangement(f"zeros written into {name} in no box of it")
             out.zeroed.setdefault(name, []).append(box)
         if name in out.zeroed:
-            out.zero_regions(name)  # each zeroed box has its place
+            out.zero_places += out.zero_regions(name)  # each zeroed box has its place
     return out
