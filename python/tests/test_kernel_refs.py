@@ -2,7 +2,9 @@
 (``loadplan.vllm.kernel_refs``), against vLLM's own torch functions where
 vLLM has one: the UE8M0 scales of ``per_block_cast_to_fp8``, the exponent
 byte decoding of ``_upcast_e8m0_to_fp32`` and DeepGEMM's
-``unpack_ue8m0_from_int`` (vendored with vLLM), ``scaled_dequantize``.
+``unpack_ue8m0_from_int`` (vendored with vLLM), ``scaled_dequantize``,
+the inverse of FlashInfer's scale swizzle in vLLM's NVFP4 emulation
+(``convert_swizzled_to_linear``).
 On a GPU, ``bench/gpu_all.sh`` compares them with the CUDA kernels."""
 
 from __future__ import annotations
@@ -126,3 +128,43 @@ def test_the_gemm_is_the_product_of_the_dequantized_operands(packed):
     d = torch.empty(m, n, dtype=torch.bfloat16)
     kernel_refs.fp8_gemm_nt((a, sfa), (b, sfb), d)
     assert torch.equal(d, want)
+
+
+def _sf_index(row: int, col: int, cols: int) -> int:
+    """TensorRT-LLM's ``computeSFIndex`` for ``SWIZZLED_128x4`` (the host
+    loop FlashInfer's ``BlockScaleInterleave`` runs on CPU tensors), as
+    its source writes it."""
+    padded_cols = -(-cols // 4) * 4
+    return (col % 4 + (col // 4) * (4 * 128) + (row % 32) * 16 + ((row % 128) // 32) * 4
+            + (row // 128) * (128 * padded_cols))
+
+
+@pytest.mark.parametrize("experts, rows, cols", [(1, 128, 8), (3, 256, 4), (2, 100, 6)])
+def test_block_scales_interleave_into_128x4_tiles(experts, rows, cols):
+    from vllm.model_executor.layers.quantization.utils.nvfp4_emulation_utils import (
+        convert_swizzled_to_linear,
+    )
+
+    g = torch.Generator().manual_seed(rows + cols)
+    sf = torch.randint(1, 256, (experts, rows, cols), dtype=torch.uint8, generator=g)
+    out = kernel_refs.block_scale_interleave(sf)
+    padded_rows, padded_cols = -(-rows // 128) * 128, -(-cols // 4) * 4
+    assert out.shape == (experts * padded_rows * padded_cols,) and out.dtype == torch.uint8
+    per_expert = out.view(experts, -1)
+    # Every element where TensorRT-LLM's index puts it; the padding zero.
+    want = torch.zeros_like(per_expert)
+    for r in range(rows):
+        for c in range(cols):
+            want[:, _sf_index(r, c, cols)] = sf[:, r, c]
+    assert torch.equal(per_expert, want)
+    # vLLM's own inverse (its NVFP4 emulation reads swizzled scales back;
+    # it keeps the padded columns).
+    for e in range(experts):
+        back = convert_swizzled_to_linear(per_expert[e], rows, cols * 16, 16)
+        assert torch.equal(back[:, :cols], sf[e])
+    # 2-d scales: one expert; bfloat16 too.
+    assert torch.equal(kernel_refs.block_scale_interleave(sf[0]), per_expert[0])
+    assert torch.equal(kernel_refs.block_scale_interleave(sf.to(torch.bfloat16)),
+                       out.to(torch.bfloat16))
+    with pytest.raises(ValueError, match="uint8 or bfloat16"):
+        kernel_refs.block_scale_interleave(sf.float())

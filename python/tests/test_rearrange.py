@@ -138,18 +138,36 @@ def test_trtllm_block_fp8_experts_are_composed_byte_for_byte():
             assert torch.equal(got[name].view(torch.uint8), t.view(torch.uint8)), name
 
 
-def test_a_write_across_the_swapped_halves_does_not_compose():
-    what, _ = traced(trtllm)
-    # The whole of one expert's w13 runs backwards through the swap.
-    why = what.remap("w13_weight", 0, (2 * I, H), (H, 1))
-    assert isinstance(why, str) and "backwards" in why
+def test_a_write_across_the_swapped_halves_runs_backwards_through_them():
+    what, live = traced(trtllm)
+    values = checkpoint(0)
+    # The whole of one expert's w13 (both halves): a dim of 2 that steps
+    # back, the swap.
+    writes = what.remap("w13_weight", 0, (2 * I, H), (H, 1))
+    assert not isinstance(writes, str), writes
+    [(name, offset, shape, stride)] = writes
+    backwards = [d for d, st in enumerate(stride) if st < 0]
+    assert [shape[d] for d in backwards] == [2]
+    got = torch.zeros_like(live["w13_weight"])
+    box = values["w13_weight"][0].reshape(shape)
+    for k in range(2):  # one copy per index of it, as the capture records
+        d = backwards[0]
+        kept = [i for i in range(len(shape)) if i != d]
+        torch.as_strided(got, [shape[i] for i in kept], [stride[i] for i in kept],
+                         offset + k * stride[d]).copy_(box.select(d, k))
+    assert torch.equal(got[0].view(torch.uint8), live["w13_weight"][0].view(torch.uint8))
 
 
 @pytest.mark.parametrize("process, says", [
     (lambda layer: replace_parameter(layer, "w2_weight_scale_inv",
                                      layer.w2_weight_scale_inv * 2), "computes mul"),
+    # A conversion of moved elements, or of part of a tensor.
     (lambda layer: replace_parameter(layer, "w2_weight",
-                                     layer.w2_weight.to(torch.bfloat16)), "converts"),
+                                     layer.w2_weight.transpose(1, 2).to(torch.bfloat16)),
+     "converts w2_weight to torch.bfloat16 after moving"),
+    (lambda layer: replace_parameter(layer, "w2_weight",
+                                     layer.w2_weight[:1].to(torch.bfloat16)),
+     "converts w2_weight to torch.bfloat16 after moving"),
     (lambda layer: replace_parameter(
         layer, "w2_weight",
         layer.w2_weight[:, torch.randperm(H, generator=torch.Generator().manual_seed(0))]),
@@ -251,14 +269,38 @@ def test_the_loader_writes_straight_to_where_the_processing_puts_each_element():
                        reference.proj.weight.view(torch.int16))
 
 
+def test_a_write_across_the_swap_is_one_copy_per_half():
+    from loadplan import ParamMeta
+
+    g = torch.Generator().manual_seed(4)
+    both = torch.randn(2 * R, C, generator=g).to(torch.bfloat16)
+    reference = Fused("cpu")
+    reference.load_weights([("both", both)])
+    swap_and_transpose(reference.proj)
+    model = Fused("cpu")
+    model.load_weights([("both", torch.zeros(2 * R, C, dtype=torch.bfloat16))])
+    swap_and_transpose(model.proj)
+    plan = plan_rearranged(model, [ParamMeta("both", (2 * R, C), torch.bfloat16)])
+    entry = plan.entries["both"]
+    # The halves' dim steps back through the live tensor: a copy for each.
+    assert entry.kind == "direct" and len(entry.writes) == 2
+    assert all(min(w.stride) >= 0 for w in entry.writes)
+    loadplan.load_planned(model, plan, [("both", both)])
+    assert torch.equal(model.proj.weight.view(torch.int16),
+                       reference.proj.weight.view(torch.int16))
+
+
 def test_a_write_that_does_not_follow_the_processing_falls_back_with_why():
     from loadplan import ParamMeta
 
     model = Fused("cpu")
     model.load_weights([("both", torch.zeros(2 * R, C, dtype=torch.bfloat16))])
     swap_and_transpose(model.proj)
-    plan = plan_rearranged(model, [ParamMeta("both", (2 * R, C), torch.bfloat16)])
-    entry = plan.entries["both"]
+    # Rows R/2 to 3R/2 cross from one half into the other: no strides.
+    model.load_weights = lambda weights: [
+        model.proj.weight.data[R // 2:R // 2 + R].copy_(w) for _, w in weights]
+    plan = plan_rearranged(model, [ParamMeta("mid", (R, C), torch.bfloat16)])
+    entry = plan.entries["mid"]
     assert entry.kind == "fallback"
     assert entry.reason.startswith("vLLM rearranges proj after loading, and a write of it "
                                    "does not follow: a write into weight"), entry.reason
@@ -331,3 +373,72 @@ def test_trtllm_bf16_experts_in_place_with_padding_are_composed_byte_for_byte():
     # A write that reaches the padding would be zeroed by the processing.
     why = what.remap("w13_weight", 0, (I16 + 1, H), (H, 1))
     assert isinstance(why, str) and "zeroes" in why
+
+
+# -- gpt-oss's mxfp4 experts on FlashInfer TRT-LLM: biases converted ---------
+
+class Biased(torch.nn.Module):
+    """An expert layer's bf16 biases in their checkpoint format."""
+
+    def __init__(self, device: str):
+        super().__init__()
+        self.w13_bias = torch.nn.Parameter(
+            torch.empty(E, 2 * I, dtype=torch.bfloat16, device=device), requires_grad=False)
+        self.w2_bias = torch.nn.Parameter(
+            torch.empty(E, H, dtype=torch.bfloat16, device=device), requires_grad=False)
+
+
+def swap_pairs_fp32(layer: Biased) -> None:
+    """What FlashInfer TRT-LLM's mxfp4 processing does to the biases: fp32,
+    each pair of w13's entries swapped, each expert's rows gathered, the
+    experts stacked into new tensors."""
+    w13 = layer.w13_bias.data.to(torch.float32)
+    w2 = layer.w2_bias.data.to(torch.float32)
+    w13 = w13.reshape(E, I, 2).flip(2).reshape(E, 2 * I)
+    rows = torch.arange(2 * I).view(-1, 16).flip(1).reshape(-1)  # a constant permutation
+    w13 = torch.stack([w13[e].clone().reshape(-1, 1)[rows].contiguous() for e in range(E)])
+    replace_parameter(layer, "w13_bias", w13.reshape(E, -1))
+    replace_parameter(layer, "w2_bias", torch.cat([w2[e:e + 1] for e in range(E)]))
+
+
+def test_a_whole_tensor_converted_before_it_moves_is_written_converted():
+    g = torch.Generator().manual_seed(6)
+    values = {n: torch.randn(t.shape, generator=g).to(torch.bfloat16)
+              for n, t in Biased("meta").named_parameters()}
+    real = Biased("cpu")
+    for n, t in real.named_parameters():
+        t.data.copy_(values[n])
+    swap_pairs_fp32(real)
+    want = {n: t.data for n, t in real.named_parameters()}
+    layer = Biased("meta")
+    what = ra.trace(layer, dict(layer.named_parameters()), want, lambda: swap_pairs_fp32(layer))
+    assert what.converted == {"w13_bias": torch.float32, "w2_bias": torch.float32}
+    got = {n: torch.zeros_like(t) for n, t in want.items()}
+    for name, full in values.items():
+        for e in range(E):  # per expert, as vLLM's loader writes them
+            box = full[e]
+            writes = what.remap(name, box.storage_offset(), box.shape, box.stride())
+            assert not isinstance(writes, str), writes
+            for live, offset, shape, stride in writes:
+                view, part = got[live].view(-1), box.reshape(shape)
+                for d in [d for d, st in enumerate(stride) if st < 0]:  # each pair's flip
+                    offset += (shape[d] - 1) * stride[d]
+                    stride = (*stride[:d], -stride[d], *stride[d + 1:])
+                    part = part.flip(d)
+                torch.as_strided(view, shape, stride, offset).copy_(part)  # converts
+    for name, t in want.items():
+        assert torch.equal(got[name], t), name
+
+
+def test_a_source_both_as_it_is_and_converted_is_refused():
+    def both(layer: Biased) -> None:
+        w13 = layer.w13_bias.data
+        replace_parameter(layer, "w2_bias", w13[:, :H].clone())
+        replace_parameter(layer, "w13_bias", w13.to(torch.float32))
+
+    real = Biased("cpu")
+    both(real)
+    layer = Biased("meta")
+    with pytest.raises(ra.NotRearrangement, match="both as it is and converted"):
+        ra.trace(layer, dict(layer.named_parameters()),
+                 {n: t.data for n, t in real.named_parameters()}, lambda: both(layer))

@@ -25,6 +25,9 @@ import vllm_tiny as tiny  # noqa: E402
 FP8_MODEL = dict(fp8=True, hidden=256, intermediate=256, heads=4, kv_heads=2)
 # DeepSeek-V3 with MLA sizes whose every fp8 linear DeepGEMM takes.
 FP8_MLA_MODEL = dict(FP8_MODEL, mla=tiny.MLA_FP8)
+# gpt-oss with mxfp4 experts: hidden and intermediate sizes FlashInfer's
+# TRT-LLM experts take unpadded (multiples of 256).
+MXFP4_MODEL = dict(mxfp4=True, hidden=256, intermediate=256)
 # At TP=2 each rank's share of k and v is still a whole 128-row block.
 FP8_MODEL_TP2 = dict(FP8_MODEL, kv_heads=4)
 
@@ -93,6 +96,15 @@ SCENARIOS = {
          "fp8_backend FLASHINFER_TRTLLM: 1 layers, BlockMajorK"],
         ("mla_attn.mla_attn",),
         MLA_FP8_LINEARS, ("mlp.experts.routed_experts",)),
+    # gpt-oss with mxfp4 experts on a Blackwell: FlashInfer TRT-LLM's
+    # experts (biases converted to fp32, gate and up rows swapped in pairs,
+    # each expert's rows shuffled, block scales interleaved into 128x4
+    # tiles: new tensors), fed the checkpoint's blocks and scales as they
+    # are: rearranged, the biases written converted.
+    "gpt_oss-mxfp4-fi-trtllm": (
+        dict(family="gpt_oss", model=MXFP4_MODEL, steer="fi-trtllm-mxfp4-moe"),
+        ["mxfp4_backend FLASHINFER_TRTLLM_MXFP4_BF16: 2 layers, biases fp32"],
+        (), (), ("mlp.experts.routed_experts",)),
 }
 
 

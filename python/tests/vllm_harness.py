@@ -36,6 +36,8 @@ def round_tensor(name: str, shape, dtype: torch.dtype, seed: int, round_: int) -
     the same in every process."""
     digest = hashlib.sha256(f"{seed}/{round_}/{name}".encode()).digest()
     gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
+    if not dtype.is_floating_point:  # packed values or exponents (mxfp4): any bytes
+        return torch.randint(0, 256, tuple(shape), dtype=torch.uint8, generator=gen).view(dtype)
     return (torch.randn(tuple(shape), generator=gen) * 0.05).to(dtype)
 
 
@@ -86,6 +88,8 @@ def metadata(spec: Spec, variant: str | None = None):
                 t = f.get_slice(name)
                 shape = tuple(t.get_shape())
                 dtype = torch.float32 if name.endswith(spec.fp32_names) else torch.bfloat16
+                if t.get_dtype() == "U8":  # mxfp4 blocks and scales: sent as they are
+                    dtype = torch.uint8
                 if spec.sharded and spec.trainers > 1 and len(shape) >= 2:
                     dim = 1 if ("o_proj" in name or "down_proj" in name) else 0
                     out.append(ParamMeta(name, dtype, shape, owners=tuple(range(spec.trainers)),

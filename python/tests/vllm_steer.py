@@ -39,6 +39,15 @@ not. Profiles:
   expert's rows shuffled in groups of 16 and its weights rearranged into
   BlockMajorK order, ``(E, K/128, M, 128)``, new 4-d tensors. Not made: the
   kernel object.
+- ``fi-trtllm-mxfp4-moe``: gpt-oss's mxfp4 MoE layers get FlashInfer's
+  TRT-LLM experts with bf16 activations (Blackwell's default): the hidden
+  size rounded up to 256 and the intermediate to 128 at allocation; after
+  loading, the biases converted to fp32, w13's gate and up rows swapped in
+  pairs (weights, scales, biases), each expert's rows shuffled for the
+  kernel's transposed output, and its block scales interleaved into
+  128x4 tiles (FlashInfer's ``block_scale_interleave``, a CUDA kernel:
+  its torch reference, ``kernel_refs.block_scale_interleave``). Not made:
+  the kernel object.
 - ``fi-attn-sinks``: attention layers with sinks (gpt-oss) process them as
   vLLM's FlashInfer backend does (``FlashInferImpl``'s own
   ``process_weights_after_loading`` on the CPU backend's object): the
@@ -55,7 +64,7 @@ import os
 import torch
 
 PROFILES = ("deepgemm-sm90", "deepgemm-sm100", "fi-trtllm-bf16-moe", "fi-cutlass-fp8-moe",
-            "fi-trtllm-fp8-moe", "fi-attn-sinks")
+            "fi-trtllm-fp8-moe", "fi-trtllm-mxfp4-moe", "fi-attn-sinks")
 
 _APPLIED: list[str] = []
 
@@ -98,6 +107,8 @@ def apply(steer: str) -> None:
             _fi_cutlass_fp8_moe()
         elif profile == "fi-trtllm-fp8-moe":
             _fi_trtllm_fp8_moe()
+        elif profile == "fi-trtllm-mxfp4-moe":
+            _fi_trtllm_mxfp4_moe()
         elif profile == "fi-attn-sinks":
             _fi_attn_sinks()
     _APPLIED.append(steer)
@@ -250,6 +261,24 @@ def _fi_trtllm_fp8_moe() -> None:
     _no_kernel_object(Fp8MoEMethod)
 
 
+def _fi_trtllm_mxfp4_moe() -> None:
+    import flashinfer.fp4_quantization as fp4
+    import vllm.model_executor.layers.quantization.mxfp4 as mxfp4
+    from vllm.model_executor.layers.fused_moe.experts import trtllm_mxfp4_moe
+
+    from loadplan.vllm import kernel_refs
+
+    # gpt-oss's order puts FlashInfer TRT-LLM (bf16 activations) first;
+    # only the device check keeps the CPU off it.
+    trtllm_mxfp4_moe.TrtLlmMxfp4ExpertsBase._supports_current_device = staticmethod(
+        lambda: True)
+    # The method makes its kernel object after the weights' processing.
+    mxfp4.make_mxfp4_moe_kernel = lambda **_: _NoKernel()
+    # vLLM imports it from here when it processes the weights.
+    fp4.nvfp4_block_scale_interleave = kernel_refs.block_scale_interleave
+    fp4.block_scale_interleave = kernel_refs.block_scale_interleave
+
+
 def _fi_attn_sinks() -> None:
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
     from vllm.v1.attention.backends.flashinfer import FlashInferImpl
@@ -284,6 +313,8 @@ def taken(steer: str, model: torch.nn.Module) -> list[str]:
             out += _moe_taken(model, "fp8_backend", "FLASHINFER_CUTLASS")
         elif profile == "fi-trtllm-fp8-moe":
             out += _moe_taken(model, "fp8_backend", "FLASHINFER_TRTLLM", block_major_k=True)
+        elif profile == "fi-trtllm-mxfp4-moe":
+            out += _mxfp4_taken(model)
         elif profile == "fi-attn-sinks":
             out += _sinks_taken(model)
     return out
@@ -366,6 +397,37 @@ def _moe_taken(model: torch.nn.Module, attribute: str, backend: str,
             sizes.add((unpadded, padded))
         line += ", intermediate " + ", ".join(f"{u} padded to {p}" for u, p in sorted(sizes))
     return [line]
+
+
+def _mxfp4_taken(model: torch.nn.Module) -> list[str]:
+    """Every mxfp4 MoE layer chose FlashInfer TRT-LLM with bf16
+    activations, and holds its tensors as that path leaves them: the
+    weights uint8 ``[E, 2I, H/2]``, ``[E, H, I/2]``, the scales fp8-typed
+    bytes of the same rows, the biases fp32."""
+    methods = {}
+    for name, module in model.named_modules():
+        method = getattr(module, "quant_method", None)
+        if hasattr(method, "mxfp4_backend"):
+            methods[name] = (module, method.mxfp4_backend.name)
+    if not methods:
+        raise AssertionError("no mxfp4 MoE layer")
+    other = {n: b for n, (_, b) in methods.items() if b != "FLASHINFER_TRTLLM_MXFP4_BF16"}
+    if other:
+        raise AssertionError(f"mxfp4 MoE layers not on FLASHINFER_TRTLLM_MXFP4_BF16: {other}")
+    for name, (m, _) in methods.items():
+        e, two_i, half_h = m.w13_weight.shape
+        want = {"w13_weight": (torch.uint8, (e, two_i, half_h)),
+                "w2_weight": (torch.uint8, (e, 2 * half_h, two_i // 4)),
+                "w13_weight_scale": (torch.float8_e4m3fn, (e, two_i, half_h // 16)),
+                "w2_weight_scale": (torch.float8_e4m3fn, (e, 2 * half_h, two_i // 64)),
+                "w13_bias": (torch.float32, (e, two_i)),
+                "w2_bias": (torch.float32, (e, 2 * half_h))}
+        for tensor, (dtype, shape) in want.items():
+            t = getattr(m, tensor)
+            if (t.dtype, tuple(t.shape)) != (dtype, shape):
+                raise AssertionError(f"{name}.{tensor}: {t.dtype} {tuple(t.shape)}, expected "
+                                     f"{dtype} {shape}")
+    return [f"mxfp4_backend FLASHINFER_TRTLLM_MXFP4_BF16: {len(methods)} layers, biases fp32"]
 
 
 def _sinks_taken(model: torch.nn.Module) -> list[str]:

@@ -32,7 +32,9 @@ kernel that has no such path:
 model (every layer's ``*_proj.weight`` as float8_e4m3fn [N, K] with its
 float32 ``*_proj.weight_scale_inv`` in 128x128 blocks, as Qwen3-FP8 and
 DeepSeek-V3 ship them, ``quantize_blocks``' bytes) with its
-``quantization_config``.
+``quantization_config``; ``save("gpt_oss", ..., mxfp4=True)`` gpt-oss's
+experts as OpenAI's mxfp4 checkpoint holds them (4-bit blocks and
+exponent scales, uint8).
 """
 
 from __future__ import annotations
@@ -172,10 +174,13 @@ def hf_config(family: str, *, layers: int = 2, experts: int = 4, hidden: int = 6
 
 
 def save(family: str, directory: str | os.PathLike, *, seed: int = 0,
-         dtype: torch.dtype = torch.bfloat16, fp8: bool = False, **sizes) -> Path:
+         dtype: torch.dtype = torch.bfloat16, fp8: bool = False, mxfp4: bool = False,
+         **sizes) -> Path:
     """Writes a tiny Hugging Face model of ``family`` (random weights) and
     returns its folder; ``fp8``: its fp8 block-quantized checkpoint (see
-    the module doc; hidden and intermediate sizes a multiple of 128)."""
+    the module doc; hidden and intermediate sizes a multiple of 128);
+    ``mxfp4``: gpt-oss's experts as its mxfp4 checkpoints ship them
+    (``_mxfp4_saved``)."""
     import transformers
 
     config = hf_config(family, **sizes)
@@ -186,6 +191,8 @@ def save(family: str, directory: str | os.PathLike, *, seed: int = 0,
     model.save_pretrained(directory)
     if fp8:
         _quantize_saved(directory)
+    if mxfp4:
+        _mxfp4_saved(directory, seed)
     return directory
 
 
@@ -202,14 +209,13 @@ def fp8_quantized(name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tens
     return [(name, q), (name + "_scale_inv", scale)]
 
 
-def _quantize_saved(directory: Path) -> None:
+def _rewrite(directory: Path, tensors: dict[str, torch.Tensor], quantization: dict) -> None:
+    """The saved model's checkpoint replaced by ``tensors`` (one file), its
+    config given ``quantization`` as its ``quantization_config``."""
     import json
 
     from safetensors.torch import save_file
 
-    tensors = {}
-    for name, t in checkpoint(directory):
-        tensors.update(fp8_quantized(name, t))
     for path in directory.glob("*.safetensors"):
         path.unlink()
     for path in directory.glob("*.safetensors.index.json"):
@@ -217,13 +223,45 @@ def _quantize_saved(directory: Path) -> None:
     save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
     config_path = directory / "config.json"
     config = json.loads(config_path.read_text())
+    config["quantization_config"] = quantization
+    config_path.write_text(json.dumps(config, indent=2))
+
+
+def _quantize_saved(directory: Path) -> None:
+    tensors = {}
+    for name, t in checkpoint(directory):
+        tensors.update(fp8_quantized(name, t))
     # A MoE router's gate stays bf16, as fp8 MoE checkpoints ship it.
     ignored = [name.removesuffix(".weight") for name in tensors
                if name.endswith("mlp.gate.weight")]
-    config["quantization_config"] = {
+    _rewrite(directory, tensors, {
         "quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
-        "weight_block_size": list(FP8_BLOCK), **({"ignored_layers": ignored} if ignored else {})}
-    config_path.write_text(json.dumps(config, indent=2))
+        "weight_block_size": list(FP8_BLOCK), **({"ignored_layers": ignored} if ignored else {})})
+
+
+def _mxfp4_saved(directory: Path, seed: int) -> None:
+    """gpt-oss's experts as OpenAI's mxfp4 checkpoint holds them: each
+    ``gate_up_proj`` / ``down_proj`` (``[E, in, out]`` bf16) as
+    ``*_blocks`` (uint8 ``[E, out, in/32, 16]``: 32 4-bit values per block)
+    and ``*_scales`` (uint8 ``[E, out, in/32]``: a power-of-two exponent per
+    block), random; the biases bf16; ``quant_method`` ``mxfp4``."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    tensors = {}
+    for name, t in checkpoint(directory):
+        if not name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+            tensors[name] = t
+            continue
+        experts, inner, outer = t.shape
+        tensors[name + "_blocks"] = torch.randint(0, 256, (experts, outer, inner // 32, 16),
+                                                  dtype=torch.uint8, generator=gen)
+        tensors[name + "_scales"] = torch.randint(120, 130, (experts, outer, inner // 32),
+                                                  dtype=torch.uint8, generator=gen)
+    if not any(n.endswith("_blocks") for n in tensors):
+        raise ValueError(f"{directory}: no gpt-oss experts to write as mxfp4")
+    _rewrite(directory, tensors, {
+        "quant_method": "mxfp4", "modules_to_not_convert": [
+            "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+            "lm_head"]})
 
 
 def checkpoint(directory: str | os.PathLike) -> list[tuple[str, torch.Tensor]]:

@@ -5,8 +5,10 @@ becomes is the aten view table's (``_native.lower_view``)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from math import prod
 from typing import Any, NoReturn
 
 import torch
@@ -178,7 +180,15 @@ class Redirect:
     tensor: str
     dtype: torch.dtype
     remap: Any  # (offset, shape, stride) -> list[(Target, int, tuple, tuple)] | str
+    # What the writes into the live tensors write: ``dtype``'s bytes as
+    # they are (the live tensor may view them as another dtype of their
+    # size), or converted to another dtype, where the processing converts.
+    writes_as: torch.dtype | None = None
 
+
+# The most copies one write into a Redirect's tensor may become where it
+# runs backwards through a live tensor (one per index of such dims).
+_BACKWARDS_LIMIT = 64
 
 # The reason of a name whose copy into a Redirect's tensor does not remap.
 REDIRECT_REASON = "vLLM rearranges {module} after loading, and a write of it does not follow: {why}"
@@ -462,15 +472,31 @@ class Sink:
         if tuple(dest.shape) != tuple(src.shape):
             return redirect.module, REDIRECT_REASON.format(module=redirect.module,
                                                            why="the copy broadcasts")
-        record = src._record
+        writes = []
         for target, offset, shape, stride in why:
+            backwards = [d for d, st in enumerate(stride) if st < 0]
+            if prod(shape[d] for d in backwards) > _BACKWARDS_LIMIT:
+                why = f"a write runs backwards through {target.qualified_name} too often"
+                return redirect.module, REDIRECT_REASON.format(module=redirect.module, why=why)
+            writes.append((target, offset, shape, stride, backwards))
+        record = src._record
+        for target, offset, shape, stride, backwards in writes:
             value = src
             if tuple(shape) != tuple(src.shape):
                 value = self.view_op(src, src._meta.view(shape), "view")
             self.written.add(target.storage)
-            record.lines.append(
-                (_ir.COPY, value._num, self.type_id(value.shape, value.dtype), target.index,
-                 _ir.dtype_code(dest.dtype), offset, *shape, *stride))
+            # A dim that runs backwards through the live tensor: one copy per
+            # index of it (regions step forwards).
+            for picks in itertools.product(*(range(shape[d]) for d in backwards)):
+                part, at = value, offset
+                for d, k in reversed(list(zip(backwards, picks))):
+                    part = self.view_op(part, part._meta.select(d, k), "select", d, k)
+                    at += k * stride[d]
+                kept = [d for d in range(len(shape)) if d not in backwards]
+                record.lines.append(
+                    (_ir.COPY, part._num, self.type_id(part.shape, part.dtype), target.index,
+                     _ir.dtype_code(redirect.writes_as or dest.dtype), at, *(shape[d] for d in kept),
+                     *(stride[d] for d in kept)))
         return None
 
     def apply(self, func, args: tuple, kwargs: dict, traces: list) -> Any:

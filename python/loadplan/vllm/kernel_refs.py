@@ -21,6 +21,17 @@ DeepGEMM (vLLM's ``vllm.utils.deep_gemm`` wraps it):
   scales; here, each operand dequantized to fp32 and multiplied in fp32.
   The kernel's order of accumulation is its own: this is the operation,
   not the kernel's rounding.
+
+FlashInfer (TensorRT-LLM's kernels, which vLLM's FlashInfer TRT-LLM MoE
+experts use):
+
+- ``block_scale_interleave`` (``nvfp4_block_scale_interleave``): a block
+  scale tensor ``[(E,) R, C]`` (uint8 or bfloat16) as the flat buffer the
+  FP4 GEMMs read, each expert's ``R`` padded with zeros to a multiple of
+  128 and ``C`` to a multiple of 4, in tiles of 128 rows by 4 columns
+  ("SWIZZLED_128x4": row ``r`` and column ``c`` of an expert at
+  ``(r // 128, c // 4, r % 32, (r % 128) // 32, c % 4)`` of a row-major
+  ``[R/128, C/4, 32, 4, 4]``; TensorRT-LLM's ``computeSFIndex``).
 """
 
 from __future__ import annotations
@@ -179,3 +190,27 @@ def fp8_gemm_nt(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, tor
     if c is not None:
         out = out + c.to(torch.float32)
     d.copy_(out.to(d.dtype))
+
+
+SF_ROW_TILE = 128  # FlashInfer's SWIZZLED_128x4 layout: rows per tile
+SF_COL_TILE = 4  # and columns per tile
+
+
+def block_scale_interleave(sf: torch.Tensor) -> torch.Tensor:
+    """FlashInfer ``block_scale_interleave`` (TensorRT-LLM
+    ``BlockScaleInterleave``): see the module doc. Returns the flat buffer
+    ``(E * pad(R, 128) * pad(C, 4),)`` of ``sf``'s dtype."""
+    if sf.dtype not in (torch.uint8, torch.bfloat16):
+        raise ValueError(f"block scales are uint8 or bfloat16, not {sf.dtype}")
+    batched = _batched(sf)
+    experts, rows, cols = batched.shape
+    padded_rows = _ceil_div(rows, SF_ROW_TILE) * SF_ROW_TILE
+    padded_cols = _ceil_div(cols, SF_COL_TILE) * SF_COL_TILE
+    if (padded_rows, padded_cols) != (rows, cols):
+        padded = torch.zeros((experts, padded_rows, padded_cols), dtype=sf.dtype,
+                             device=sf.device)
+        padded[:, :rows, :cols] = batched
+        batched = padded
+    tiles = batched.reshape(experts, padded_rows // SF_ROW_TILE, 4, 32,
+                            padded_cols // SF_COL_TILE, SF_COL_TILE)
+    return tiles.permute(0, 1, 4, 3, 2, 5).contiguous().reshape(-1)

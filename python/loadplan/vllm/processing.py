@@ -407,7 +407,8 @@ def redirects(model: torch.nn.Module, targets: Targets,
                 return [(by_name[f"{module}.{live}" if module else live], *rest)
                         for live, *rest in found]
 
-            out[storage_key(t)] = Redirect(module, name, t.dtype, remap)
+            out[storage_key(t)] = Redirect(module, name, t.dtype, remap,
+                                           what.converted.get(name))
     return out
 
 

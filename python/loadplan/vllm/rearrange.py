@@ -16,16 +16,20 @@ stride)`` of one checkpoint-format tensor (its *source*). A tensor's
 ``Layout`` is read from its storage's pieces: per dim, modes in bytes of
 the source. Views need nothing, whatever their dtype, as long as each
 element's bytes stay together. Copies (``clone``, ``contiguous``,
-``copy_``, also into part of a tensor), ``flip`` and gathers by a constant
+``copy_``, also into part of a tensor, ``stack``, ``cat``), ``flip`` and gathers by a constant
 index (``t[:, rows]``, ``index_select``) make new pieces; a gather's index
 must fold into modes (every row map vLLM's layouts use does: they permute
 the digits of a row number), and its values are followed from where they
 are computed on the host. Zeros written into the checkpoint format
-(padding) are kept as boxes of it. Idempotent elementwise ops in place
-(``clamp_``, a scale clamp) become *epilogues*, run on the live tensor
-after each update's writes: they commute with moves. Anything else
-(arithmetic, a conversion, a read of a value) means the layer is not a
-rearrangement; ``trace`` says which op.
+(padding) are kept as boxes of it. A conversion of a whole
+checkpoint-format tensor, before anything moves it (gpt-oss's expert
+biases, bf16 to fp32), makes a converted source: its elements then move as
+any others, and the plan's writes into it convert, as writes from a
+trainer's dtype do. Idempotent elementwise ops in place (``clamp_``, a
+scale clamp) become *epilogues*, run on the live tensor after each
+update's writes: they commute with moves. Anything else (arithmetic, a
+conversion of part of a tensor or of moved elements, a read of a value)
+means the layer is not a rearrangement; ``trace`` says which op.
 
 ``Rearranged.remap`` then composes: a loader's copy into a region of a
 checkpoint-format tensor becomes copies into regions of the live tensors,
@@ -251,6 +255,9 @@ class _Follow(TorchDispatchMode):
         # Per checkpoint-format tensor, its bytes the processing zeroes
         # before moving them (padding): layouts of those regions.
         self.zeroed: dict[str, list[Layout]] = {}
+        # A converted checkpoint-format tensor's own source name -> (the
+        # tensor, the dtype): its layouts are in bytes of the conversion.
+        self.converted: dict[str, tuple[str, torch.dtype]] = {}
         self.keep: list[torch.Tensor] = []  # so that storage keys stay unique
 
     def track(self, t: torch.Tensor, source: str) -> None:
@@ -364,10 +371,11 @@ class _Follow(TorchDispatchMode):
             return func(*args, **kwargs)
         src = args[0]
         if packet in _COPIES:
-            if packet is aten._to_copy and kwargs.get("dtype", src.dtype) != src.dtype:
-                raise NotRearrangement(f"{packet.__name__} converts to {kwargs['dtype']}")
             out = func(*args, **kwargs)
-            self._write(out, self._need(src), self._epilogue(src))
+            if out.dtype != src.dtype:
+                self._convert(src, out)
+            else:
+                self._write(out, self._need(src), self._epilogue(src))
             return out
         if packet is aten.flip:
             layout = self._need(src)
@@ -403,10 +411,26 @@ class _Follow(TorchDispatchMode):
             self._write(out, Layout(layout.source, layout.base + int(picked[0]), tuple(dims)),
                         self._epilogue(src))
             return out
+        if packet in (aten.stack, aten.cat):
+            # Each input into its slab of a new tensor.
+            inputs, dim = list(args[0]), (args[1] if len(args) > 1 else kwargs.get("dim", 0))
+            out = func(*args, **kwargs)
+            dim %= out.dim()
+            at = 0
+            for x in inputs:
+                if packet is aten.stack:
+                    slab, at = out.select(dim, at), at + 1
+                else:
+                    slab, at = out.narrow(dim, at, x.shape[dim]), at + x.shape[dim]
+                self._write(slab, self._need(x), self._epilogue(x))
+            return out
         if packet is aten.copy_:
             dst, value = args[0], args[1]
             if storage_key(value) not in self.storages:
                 raise NotRearrangement("a traced tensor overwritten with untraced values")
+            if dst.dtype != value.dtype:
+                raise NotRearrangement(f"a copy_ converts {self._source(value)} from "
+                                       f"{value.dtype} to {dst.dtype}")
             layout = self._need(value)
             if storage_key(dst) == storage_key(value) and self.layout_of(dst) == layout:
                 return dst  # a copy onto itself
@@ -432,6 +456,24 @@ class _Follow(TorchDispatchMode):
             return src
         raise NotRearrangement(f"it computes {packet.__name__} on "
                                f"{self._source(traced[0])}")
+
+    def _convert(self, src: torch.Tensor, out: torch.Tensor) -> None:
+        """``out`` is ``src`` converted to another dtype: where ``src`` is a
+        whole checkpoint-format tensor as it came, ``out`` is a source of
+        its own (its bytes those of the conversion); else no
+        rearrangement."""
+        entry = self.storages[storage_key(src)]
+        layout = self._need(src)
+        n = src.numel() * src.element_size()
+        whole = [Piece(0, n, layout.source, 0, ((n, 1),) if n > 1 else ())]
+        if (layout.source in self.converted or entry.own != layout.source or entry.epilogue
+                or src.storage_offset() or not src.is_contiguous()
+                or n != src.untyped_storage().nbytes() or _runs(entry.pieces) != whole):
+            raise NotRearrangement(f"it converts {layout.source} to {out.dtype} after moving "
+                                   f"or changing its elements, or part of it")
+        name = f"{layout.source}@{str(out.dtype).removeprefix('torch.')}"
+        self.converted[name] = (layout.source, out.dtype)
+        self.track(out, name)
 
     def _shadow(self, func, args, kwargs, out: torch.Tensor) -> None:
         """Values of ``out``, an untraced meta tensor, where its inputs'
@@ -547,13 +589,18 @@ class Rearranged:
         default_factory=list)
     epilogues: dict[str, tuple] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # live tensor -> source
+    # A checkpoint-format tensor the processing converts, whole, before
+    # moving it: the dtype its places hold (writes into it convert).
+    converted: dict[str, torch.dtype] = field(default_factory=dict)
 
     def remap(self, source: str, offset: int, shape: Sequence[int], stride: Sequence[int]
               ) -> list[tuple[str, int, tuple[int, ...], tuple[int, ...]]] | str:
         """A copy into the region ``(offset, shape, stride)`` (elements) of
         ``source`` as copies into the live tensors: ``(live tensor, offset,
         shape, stride)`` each, in elements, the shape splitting the
-        region's dims in order; or why it cannot be."""
+        region's dims in order (a negative stride: that dim runs backwards
+        through the live tensor, as where the processing flips pairs of
+        rows); or why it cannot be."""
         full, size = self.shapes[source]
         zeroed = self.zeroed.get(source, ())
         if zeroed:
@@ -571,8 +618,6 @@ class Rearranged:
             sizes, strides = [], []
             for n, modes in zip(shape, dims):
                 for m, st in modes or ((n, 0),):
-                    if st < 0:
-                        return f"a write into {source} runs backwards through {place.live}"
                     sizes.append(m)
                     strides.append(st // size)
             out.append((place.live, base // size, tuple(sizes), tuple(strides)))
@@ -687,11 +732,14 @@ def _places(layout: Layout, live: torch.Tensor, name: str, nbytes: int) -> Place
 def _kept(layer: torch.nn.Module) -> Iterator[None]:
     """The layer's and its quantization method's attributes (not its
     tensors), as they were, afterwards: a traced processing may set state
-    (a kernel, a config) from meta tensors."""
+    (a kernel, a config) from meta tensors, or fill a cache (a dict: its
+    entries are restored too, e.g. FlashInfer's permutation indices)."""
     method = getattr(layer, "quant_method", None)
     skip = {"_parameters", "_buffers", "_modules"}
     saved = [(obj, {k: v for k, v in vars(obj).items() if k not in skip})
              for obj in (layer, method) if obj is not None]
+    caches = [(v, dict(v)) for _, attrs in saved for v in attrs.values()
+              if type(v) is dict]
     try:
         yield
     finally:
@@ -700,6 +748,9 @@ def _kept(layer: torch.nn.Module) -> Iterator[None]:
                 delattr(obj, k)
             for k, v in attrs.items():
                 setattr(obj, k, v)
+        for cache, entries in caches:
+            cache.clear()
+            cache.update(entries)
 
 
 def trace(layer: torch.nn.Module, checkpoint: Mapping[str, torch.Tensor],
@@ -720,6 +771,9 @@ def trace(layer: torch.nn.Module, checkpoint: Mapping[str, torch.Tensor],
     checkpoint = {name: t for name, t in checkpoint.items() if t.is_meta}
     for name, t in checkpoint.items():
         follow.track(t, name)
+    # As they are now: the processing may replace a parameter's data (its
+    # dtype too) in place.
+    formats = {name: (tuple(t.shape), t.dtype) for name, t in checkpoint.items()}
     with _kept(layer), follow:
         try:
             process()
@@ -729,6 +783,9 @@ def trace(layer: torch.nn.Module, checkpoint: Mapping[str, torch.Tensor],
             raise NotRearrangement(f"it fails on meta tensors: {type(e).__name__}: {e}") from e
     places: dict[str, list[Place]] = {}
     out = Rearranged(places)
+    if zeroed := [n for n in follow.zeroed if n in follow.converted]:
+        raise NotRearrangement(f"zeros written into {follow.converted[zeroed[0]][0]} "
+                               f"converted")
     now = dict(layer.named_parameters(recurse=False)) | dict(layer.named_buffers(recurse=False))
     for name, real in live.items():
         t = now.get(name)
@@ -746,22 +803,30 @@ def trace(layer: torch.nn.Module, checkpoint: Mapping[str, torch.Tensor],
             if name in checkpoint:
                 raise NotRearrangement(f"{name} does not come from the checkpoint format")
             continue  # not of the checkpoint format (an expert map): left as it is
-        source = checkpoint[layout.source]
-        if source.dtype != real.dtype:
-            raise NotRearrangement(f"{name} is {real.dtype}, its source {layout.source} "
-                                   f"{source.dtype}")
-        places.setdefault(layout.source, []).append(
-            _places(layout, real, name, source.numel() * source.element_size()))
-        out.sources[name] = layout.source
+        origin, dtype = follow.converted.get(layout.source, (layout.source, None))
+        shape, want = formats[origin]
+        want = dtype or want
+        # Without a conversion, the live tensor may view the same bytes as
+        # another dtype of their size (mxfp4 scales, uint8 as fp8).
+        if want != real.dtype and (dtype is not None or want.itemsize != real.itemsize):
+            raise NotRearrangement(f"{name} is {real.dtype}, its source {origin} {want}")
+        if origin in places and out.converted.get(origin) != dtype:
+            raise NotRearrangement(f"{origin} goes into the layer both as it is and converted")
+        if dtype is not None:
+            out.converted[origin] = dtype
+        places.setdefault(origin, []).append(
+            _places(layout, real, name, prod(shape) * want.itemsize))
+        out.sources[name] = origin
         epilogue = follow.storages[storage_key(t)].epilogue
         if epilogue:
             out.epilogues[name] = epilogue
-    missing = [n for n in checkpoint if n not in places and checkpoint[n].numel()]
+    missing = [n for n, (shape, _) in formats.items() if n not in places and prod(shape)]
     if missing:
         raise NotRearrangement(f"vLLM's processing puts nothing of {missing[0]} into the layer")
-    for name, t in checkpoint.items():
-        out.shapes[name] = (tuple(t.shape), t.element_size())
-        size = t.element_size()
+    for name, (shape, dtype) in formats.items():
+        # Places are in bytes of what the layer holds: a conversion's.
+        out.shapes[name] = (shape, out.converted.get(name, dtype).itemsize)
+        size = dtype.itemsize
         for layout in follow.zeroed.get(name, ()):
             dims = []
             for modes in layout.dims:
@@ -769,7 +834,7 @@ def trace(layer: torch.nn.Module, checkpoint: Mapping[str, torch.Tensor],
                     raise NotRearrangement(f"zeros written into {name} in no box of it")
                 dims.append(modes[0] if modes else (1, 0))
             box = _box(layout.base // size, [n for n, _ in dims],
-                       [st // size for _, st in dims], t.shape)
+                       [st // size for _, st in dims], shape)
             if box is None or layout.base % size:
                 raise NotRearrangement(f"zeros written into {name} in no box of it")
             out.zeroed.setdefault(name, []).append(box)
