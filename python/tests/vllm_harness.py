@@ -672,36 +672,49 @@ def saved_model(family: str, root: str, **sizes) -> str:
 
 
 # ---------------------------------------------------------------------------
-# Planning vLLM classes directly (no backend): test_vllm_patterns.py
+# Planning an engine's classes directly (no backend): test_vllm_patterns.py,
+# test_sglang_patterns.py
 
 
-def plan_main(conn, families: list[str], root: str, tp: int, rank: int, port: int,
-              seed: int) -> None:
-    """One TP rank: for each family, plans vLLM's model with ``plan_loads``
-    and applies one random update both through ``load_planned`` and through
-    vLLM's ``load_weights`` on a second copy. Sends back, per family, each
-    name's kind, reason and number of writes, and the tensors that differ."""
+def _cases(families) -> list[tuple[str, str, dict]]:
+    """``(label, family, save keywords)`` of each entry of ``families``: a
+    family's name, or a ``(label, family, save keywords)`` triple."""
+    return [(f, f, {}) if isinstance(f, str) else (f[0], f[1], dict(f[2])) for f in families]
+
+
+def plan_main(conn, families, root: str, tp: int, rank: int, port: int, seed: int,
+              engine: str = "vllm", build: dict | None = None) -> None:
+    """One TP rank: for each family, plans the engine's model (``vllm_tiny``
+    or ``sglang_tiny`` builds it, with ``build`` as keywords) with
+    ``plan_loads`` and applies one random update both through
+    ``load_planned`` and through the engine's ``load_weights`` on a second
+    copy. Sends back, per family, each name's kind, reason and number of
+    writes, and the tensors that differ."""
     try:
         torch.set_num_threads(1)
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-        import vllm_tiny as tiny
+        import importlib
 
-        tiny.use_cpu_platform()  # before vLLM picks a platform
-        tiny.cpu_kernels()
-        from vllm.config import set_current_vllm_config
+        import vllm_tiny
+
+        tiny = importlib.import_module(f"{engine}_tiny")
+        if engine == "vllm":
+            tiny.use_cpu_platform()  # before vLLM picks a platform
+            tiny.cpu_kernels()
 
         import loadplan
         from loadplan.verification import copy_bytes, first_difference, model_tensors
         from loadplan.verification import random_weights as random_bytes
         init = f"tcp://127.0.0.1:{port}"
         out = {}
-        for family in families:
-            model_dir = saved_model(family, root)
-            initial = tiny.checkpoint(model_dir)
+        for label, family, sizes in _cases(families):
+            model_dir = saved_model(family, root, **sizes)
+            initial = vllm_tiny.checkpoint(model_dir)
             metas = [loadplan.ParamMeta(n, tuple(t.shape), t.dtype) for n, t in initial]
             made = []
             for _ in range(2):
-                config, model = tiny.build(model_dir, tp_size=tp, rank=rank, init_method=init)
+                config, model = tiny.build(model_dir, tp_size=tp, rank=rank, init_method=init,
+                                           **(build or {}))
                 tiny.load(config, model, initial)
                 made.append((config, model))
             (config, planned), (ref_config, reference) = made
@@ -709,13 +722,12 @@ def plan_main(conn, families: list[str], root: str, tp: int, rank: int, port: in
             params = {n: t.dtype for n, t in planned.named_parameters()}
             plan = loadplan.plan_loads(planned, metas)
             update = random_bytes(metas, seed)
-            with set_current_vllm_config(ref_config), torch.no_grad():
-                reference.load_weights(iter([(n, t.clone()) for n, t in update]))
+            tiny.load_weights(ref_config, reference, [(n, t.clone()) for n, t in update])
             loadplan.load_planned(planned, plan, [(n, t.clone()) for n, t in update])
             ours = model_tensors(planned)
             differ = [str(m) for name, t in model_tensors(reference).items()
                       if (m := first_difference(name, t, ours[name], 0)) is not None]
-            out[family] = {
+            out[label] = {
                 "entries": {n: (e.kind, e.reason, len(e.writes or ())) for n, e in
                             plan.entries.items()},
                 "checkpoint_dtypes": sorted({str(m.dtype) for m in metas}),
@@ -726,14 +738,14 @@ def plan_main(conn, families: list[str], root: str, tp: int, rank: int, port: in
         conn.send(("error", traceback.format_exc()))
 
 
-def plan_ranks(families: list[str], root: str, layouts: list[tuple[int, int]],
-               seed: int = 0, timeout: float = 300.0) -> dict:
+def plan_ranks(families, root: str, layouts: list[tuple[int, int]], seed: int = 0,
+               timeout: float = 300.0, engine: str = "vllm", build: dict | None = None) -> dict:
     """Runs ``plan_main`` for every ``(tp, rank)`` of ``layouts``, each in
-    its own process (vLLM's distributed state is once per process), all at
-    once; ranks of one TP size meet over Gloo. Returns
-    ``{(tp, rank): {family: result}}``."""
-    for family in families:  # saved once, before the processes read it
-        saved_model(family, root)
+    its own process (an engine's distributed state is once per process), all
+    at once; ranks of one TP size meet over Gloo. Returns
+    ``{(tp, rank): {label: result}}``."""
+    for _, family, sizes in _cases(families):  # saved once, before the processes read it
+        saved_model(family, root, **sizes)
     ctx = mp.get_context("spawn")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE)] + sys.path)
     ports = {tp: free_port() for tp, _ in layouts}
@@ -741,7 +753,7 @@ def plan_ranks(families: list[str], root: str, layouts: list[tuple[int, int]],
     for tp, rank in layouts:
         parent, child = ctx.Pipe()
         p = ctx.Process(target=plan_main, daemon=True,
-                        args=(child, families, root, tp, rank, ports[tp], seed))
+                        args=(child, families, root, tp, rank, ports[tp], seed, engine, build))
         p.start()
         running.append(((tp, rank), parent, p))
     results = {}

@@ -347,6 +347,16 @@ def load(vllm_config, model: torch.nn.Module, weights: Iterable[tuple[str, torch
         process_weights_after_loading(model, vllm_config.model_config, torch.device("cpu"))
 
 
+def load_weights(vllm_config, model: torch.nn.Module,
+                 weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """vLLM's ``load_weights`` alone (an update of weights already processed
+    as loaded)."""
+    from vllm.config import set_current_vllm_config
+
+    with set_current_vllm_config(vllm_config), torch.no_grad():
+        model.load_weights(iter(list(weights)))
+
+
 def vllm_reload(vllm_config, model: torch.nn.Module,
                 weights: Iterable[tuple[str, torch.Tensor]]) -> None:
     """vLLM's own reload path, as its NCCL engine runs it."""
