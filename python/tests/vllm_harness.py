@@ -69,6 +69,9 @@ class Spec:
     # vLLM's own reload of this model raises (MoE sizes vLLM pads on the
     # CPU at the first load only): the checks compare with a fresh load.
     vllm_reload_fails: bool = False
+    # The inference engine: "vllm" (worker_main) or "sglang"
+    # (sglang_harness.worker_main, driven through loadplan.sglang's client).
+    serving: str = "vllm"
 
 
 def metadata(spec: Spec, variant: str | None = None):
@@ -287,13 +290,76 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
     except BaseException:
         conn.send(("error", traceback.format_exc()))
         return
+    # Why vLLM's reload of the reference model raised: the model is then
+    # half reloaded, and not reloaded again.
+    reload_failed = None
+
+    def handle(method: str, arg):
+        nonlocal reload_failed
+        if method == "init_weight_transfer_engine":
+            return engine.init_transfer_engine(engine.parse_init_info(arg))
+        if method == "start_weight_update":
+            return engine.start_weight_update()
+        if method == "update_weights":
+            return engine.update_weights(arg)
+        if method == "finish_weight_update":
+            return engine.finish_weight_update()
+        if method == "check":  # round `arg[0]` as declared by variant `arg[1]`
+            ws = weights(spec, *arg)
+            if reload_failed is None:
+                try:
+                    tiny.vllm_reload(ref_config, reference, ws)
+                except Exception as e:  # noqa: BLE001 - reported, and checked
+                    reload_failed = f"{type(e).__name__}: {e}"
+            failed = reload_failed
+            fresh = _fresh(spec, tp_rank, init, ws)
+            return {"vllm": [] if failed else _compare(model, reference),
+                    "fresh": _compare(model, fresh),
+                    "references": [] if failed else _compare(reference, fresh),
+                    "vllm_failed": failed}
+        if method == "time_reference":  # vLLM's own reload, timed
+            ws = weights(spec, arg)
+            t0 = time.perf_counter()
+            tiny.vllm_reload(ref_config, reference, ws)
+            return time.perf_counter() - t0
+        if method == "taken":  # the steered paths, as the model took them
+            import vllm_steer
+
+            return vllm_steer.taken(spec.steer, model)
+        if method == "compare":
+            return _compare(model, reference)
+        if method == "digest":
+            return _digest(model)
+        if method == "plan":
+            from loadplan.vllm.plans import processing_signature
+
+            plan = engine.plan
+            return None if plan is None else {
+                "report": plan.report, "processed": list(engine.processed),
+                "refreshed": list(engine.refreshed),
+                "recomputed": list(engine.recomputed),
+                "rearranged": list(engine.rearranged), "traced": bool(plan.ir),
+                "signature": processing_signature(model),
+                "modules": {n: sorted({w.target.rpartition(".")[0] for w in e.writes})
+                            for n, e in plan.entries.items() if e.writes},
+                "kinds": {n: e.kind for n, e in plan.entries.items()},
+                "nbytes": {n: e.nbytes for n, e in plan.entries.items()},
+                "reasons": {n: e.reason for n, e in plan.entries.items() if e.reason}}
+        raise ValueError(f"unknown method {method!r}")
+
+    serve(conn, trainer_conns, handle, engine.shutdown)
+
+
+def serve(conn, trainer_conns, handle, shutdown) -> None:
+    """A worker's loop: answers the test's calls (``conn``) and trainer rank
+    0's (``trainer_conns``, one per trainer start) with ``handle(method,
+    arg)``'s result or error, until ``shutdown`` (which runs ``shutdown()``)
+    or the test's line closes. ``last_error`` returns the last failed call's
+    error."""
     from multiprocessing.connection import wait
 
     conns = [conn, *trainer_conns]
     last_error = None  # of the engine's calls, for the tests to read
-    # Why vLLM's reload of the reference model raised: the model is then
-    # half reloaded, and not reloaded again.
-    reload_failed = None
     while True:
         ready = wait(conns)
         source = ready[0]
@@ -305,64 +371,14 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
                 return
             continue
         try:
-            if method == "init_weight_transfer_engine":
-                result = engine.init_transfer_engine(engine.parse_init_info(arg))
-            elif method == "start_weight_update":
-                result = engine.start_weight_update()
-            elif method == "update_weights":
-                result = engine.update_weights(arg)
-            elif method == "finish_weight_update":
-                result = engine.finish_weight_update()
-            elif method == "check":  # round `arg[0]` as declared by variant `arg[1]`
-                ws = weights(spec, *arg)
-                if reload_failed is None:
-                    try:
-                        tiny.vllm_reload(ref_config, reference, ws)
-                    except Exception as e:  # noqa: BLE001 - reported, and checked
-                        reload_failed = f"{type(e).__name__}: {e}"
-                failed = reload_failed
-                fresh = _fresh(spec, tp_rank, init, ws)
-                result = {"vllm": [] if failed else _compare(model, reference),
-                          "fresh": _compare(model, fresh),
-                          "references": [] if failed else _compare(reference, fresh),
-                          "vllm_failed": failed}
-                del fresh
-            elif method == "time_reference":  # vLLM's own reload, timed
-                ws = weights(spec, arg)
-                t0 = time.perf_counter()
-                tiny.vllm_reload(ref_config, reference, ws)
-                result = time.perf_counter() - t0
-            elif method == "taken":  # the steered paths, as the model took them
-                import vllm_steer
-
-                result = vllm_steer.taken(spec.steer, model)
-            elif method == "compare":
-                result = _compare(model, reference)
-            elif method == "digest":
-                result = _digest(model)
-            elif method == "last_error":
+            if method == "last_error":
                 result, last_error = last_error, None
-            elif method == "plan":
-                from loadplan.vllm.plans import processing_signature
-
-                plan = engine.plan
-                result = None if plan is None else {
-                    "report": plan.report, "processed": list(engine.processed),
-                    "refreshed": list(engine.refreshed),
-                    "recomputed": list(engine.recomputed),
-                    "rearranged": list(engine.rearranged), "traced": bool(plan.ir),
-                    "signature": processing_signature(model),
-                    "modules": {n: sorted({w.target.rpartition(".")[0] for w in e.writes})
-                                for n, e in plan.entries.items() if e.writes},
-                    "kinds": {n: e.kind for n, e in plan.entries.items()},
-                    "nbytes": {n: e.nbytes for n, e in plan.entries.items()},
-                    "reasons": {n: e.reason for n, e in plan.entries.items() if e.reason}}
             elif method == "shutdown":
-                engine.shutdown()
+                shutdown()
                 source.send(("ok", None))
                 return
             else:
-                raise ValueError(f"unknown method {method!r}")
+                result = handle(method, arg)
             source.send(("ok", result))
         except BaseException as e:
             last_error = f"{type(e).__name__}: {e}"
@@ -385,6 +401,10 @@ class PipeClient:
         if errors:
             raise RuntimeError(f"worker failed {method}: {errors[0]}")
         return [r for _, r in results]
+
+    def call(self, method: str, arg: Any = None) -> None:
+        """One call on every worker (SGLang's control calls, by route)."""
+        self._all(method, arg)
 
     def init_weight_transfer_engine(self, init_info):
         self._all("init_weight_transfer_engine", init_info)
@@ -409,6 +429,10 @@ def trainer_main(conn, spec: Spec, rank: int, worker_conns) -> None:
 
         source = make_source(spec, rank)
         client = PipeClient(worker_conns)
+        if spec.serving == "sglang":
+            from loadplan.sglang.client import SGLangClient
+
+            client = SGLangClient(client.call)
         info = LoadplanTrainerInitInfo(
             rank=rank, master_address="127.0.0.1", master_port=spec.master_port,
             world_size=spec.trainers + spec.tp, num_trainer_ranks=spec.trainers,
@@ -518,7 +542,11 @@ class Cluster:
                 ours, end = ctx.Pipe()
                 self._lines[k].append(ours)
                 theirs.append(end)
-            p = ctx.Process(target=worker_main, args=(child, theirs, spec, r), daemon=True)
+            if spec.serving == "sglang":
+                from sglang_harness import worker_main as target
+            else:
+                target = worker_main
+            p = ctx.Process(target=target, args=(child, theirs, spec, r), daemon=True)
             p.start()
             self.worker_conns.append(parent)
             self.procs.append(p)

@@ -11,7 +11,7 @@ Installed with loadplan, the backend registers itself through vLLM's
   and update infos;
 - layout.py: trainer ranks' boxes from vLLM's placements;
 - processing.py: vLLM's post-load processing, observed and re-run;
-- plans.py: a worker's plan on disk, for restarts.
+- plans.py: a worker's plan on disk (loadplan.stored), keyed for vLLM, for restarts.
 
 The tiny vLLM models the tests and benchmarks build are a test fixture,
 ``python/tests/vllm_tiny.py``.

@@ -28,8 +28,8 @@ from vllm.model_executor.model_loader.mtp_validation import disable_mtp_complete
 
 from ..plan import LoadPlan, ParamMeta
 from ..planning import plan_loads
+from ..serving import Receiving, refuse_plan
 from ..transfer import Receiver
-from ..transfer.endpoints import refuse
 from ..capture import Targets
 from . import plans, processing, rearrange
 from .info import (
@@ -86,8 +86,7 @@ class LoadplanWeightTransferEngine(
         self._layer_names: dict[str, list[str]] = {}
         self._fresh: set[str] = set()
         self._store = None
-        self._receiver: Receiver | None = None
-        self._epoch: int | None = None
+        self._receiving = Receiving()
         self._metas: list[ParamMeta] | None = None
         # Until an update has run with it, the plan's processed layers are
         # assumed (every layer with a processing step) and the observer
@@ -324,24 +323,17 @@ class LoadplanWeightTransferEngine(
         """Nothing to prepare: nothing is touched before every rank has the
         update."""
 
-    def _ensure_receiver(self, epoch: int) -> Receiver:
-        if self._receiver is not None and self._epoch == epoch:
-            return self._receiver
-        self._drop_receiver()
+    def _make_receiver(self, epoch: int) -> Receiver:
         info = self.info
-        self._receiver = Receiver(
+        return Receiver(
             self.model, self.plan, rank=self.rank, world_size=info.world_size,
             num_senders=info.rank_offset, engine=info.engine, atomic=info.atomic,
             backend=self._transport(), device=self.device if self.device.type == "cuda" else None,
             store=self._store, name=self._name(epoch), timeout=info.timeout,
             staging_cap=info.staging_cap)
-        self._epoch = epoch
-        return self._receiver
 
     def _drop_receiver(self) -> None:
-        receiver, self._receiver, self._epoch = self._receiver, None, None
-        if receiver is not None:
-            receiver.close()
+        self._receiving.drop()
 
     def update_weights(self, update_info: dict) -> None:
         """One update (vLLM's ``update_weights``); waits for the device only
@@ -361,19 +353,12 @@ class LoadplanWeightTransferEngine(
             metas = self._declared(update_info)
             self._ensure_plan(metas)
         except Exception as e:
-            # The trainer is waiting for this rank's endpoint: fail the
-            # set-up on every rank with this rank's reason.
-            info = self.info
-            refuse(f"load plan: cannot plan the update: {str(e).removeprefix('load plan: ')}",
-                   rank=self.rank, world_size=info.world_size, store=self._store,
-                   name=self._name(update_info.epoch), timeout=info.timeout)
+            refuse_plan(e, rank=self.rank, world_size=self.info.world_size, store=self._store,
+                        name=self._name(update_info.epoch), timeout=self.info.timeout)
             raise
-        receiver = self._ensure_receiver(update_info.epoch)
-        try:
-            stats = receiver.receive(load_fallbacks=False)
-        except Exception:
-            self._drop_receiver()  # the next update makes new endpoints
-            raise
+        epoch = update_info.epoch
+        receiver, stats = self._receiving.receive(
+            self._name(epoch), lambda: self._make_receiver(epoch), load_fallbacks=False)
         self._updates += 1
         logger.info("load plan: worker rank %d update %d: %s", self.rank, self._updates,
                     stats.line())

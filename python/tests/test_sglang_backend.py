@@ -1,0 +1,130 @@
+"""loadplan inside SGLang's weight updates, end to end: a trainer process
+(loadplan's trainer engine with ``loadplan.sglang.client.SGLangClient``) and
+SGLang TP workers in processes of their own (sglang_harness: SGLang's
+classes, its plugins loaded from their entry points, its own
+``WeightUpdater`` and ``SchedulerWeightUpdaterManager`` running each
+control call), over Gloo.
+
+After each of several updates every parameter and buffer must equal, byte
+for byte, a second copy of the model updated by SGLang's own distributed
+update (``begin_weight_update``, ``load_weights``, ``end_weight_update``)
+and a third freshly loaded from the same weights."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("sglang")
+
+import vllm_harness as h  # noqa: E402
+
+# SGLang's block-fp8 linears take only whole 128-row blocks per rank (4 kv
+# heads of 64 at TP=2).
+FP8_MODEL = dict(fp8=True, hidden=256, intermediate=256, heads=4, kv_heads=4)
+SCENARIOS = {
+    "qwen3-tp1-full": dict(family="qwen3", tp=1, engine="full"),
+    "qwen3-tp2-sliced": dict(family="qwen3", tp=2, engine="sliced"),
+    "qwen3-tp2-m_to_n-sharded": dict(family="qwen3", tp=2, trainers=2, engine="m_to_n",
+                                     sharded=True),
+    "qwen3_moe-tp2": dict(family="qwen3_moe", tp=2, engine="sliced"),
+    "qwen3_moe-tp2-ep": dict(family="qwen3_moe", tp=2, engine="m_to_n", expert_parallel=True),
+    # The engine serves the block-fp8 checkpoint; the trainer holds bf16
+    # and its sender quantizes.
+    "qwen3-fp8-from-bf16-trainer": dict(family="qwen3", tp=2, engine="sliced", fp8=True,
+                                        model=FP8_MODEL),
+}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sglang-models")
+    return lambda family, **sizes: h.saved_model(family, str(root), **sizes)
+
+
+def _cluster(models, tmp_path, family, model=None, **kw) -> h.Cluster:
+    spec = h.Spec(family=family, model_dir=models(family, **(model or {})),
+                  plan_dir=str(tmp_path / "plans"), timeout=60.0, serving="sglang", **kw)
+    return h.Cluster(spec)
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_updates_equal_sglangs_own(models, tmp_path, scenario):
+    cluster = _cluster(models, tmp_path, **SCENARIOS[scenario])
+    try:
+        for round_ in (1, 2, 3):
+            results = cluster.update(round_)
+            assert all(status == "ok" for status, _ in results), results
+            assert h.inexact(cluster, round_) == []
+    finally:
+        cluster.close()
+
+
+def test_bad_updates_leave_the_model_unchanged(models, tmp_path):
+    """A wrong dtype, a wrong shape and a name the model lacks each fail on
+    every rank with the cause, leave every tensor as it was, and close
+    SGLang's update session: the next update works."""
+    cluster = _cluster(models, tmp_path, "qwen3", tp=2, engine="sliced")
+    try:
+        assert all(s == "ok" for s, _ in cluster.update(1))
+        before = cluster.workers("digest")
+        for faults, words in ((dict(wrong_dtype={0: "k_proj.weight"}), "torch.float16"),
+                              (dict(wrong_shape={0: "down_proj.weight"}), "down_proj.weight"),
+                              (dict(variant="unknown_name"), "bogus_proj")):
+            results = cluster.update(2, **faults)
+            assert all(s == "error" for s, _ in results), (faults, results)
+            assert any(words in str(m) for _, m in results), (faults, results)
+            # Every TP rank's SGLang call failed with the cause.
+            for error in cluster.last_errors():
+                assert error is not None and words in error, (faults, error)
+                assert "session is closed" in error, error
+            assert cluster.workers("digest") == before, faults
+        assert all(s == "ok" for s, _ in cluster.update(3))
+        assert h.inexact(cluster, 3) == []
+    finally:
+        cluster.close()
+
+
+def test_a_trainer_rank_that_dies_leaves_the_model_unchanged(models, tmp_path):
+    """Trainer rank 1 dies as an update starts (over the endpoints the
+    earlier updates made): every TP rank fails the update naming it, well
+    before the timeout, the model is as it was, and a restarted trainer (a
+    new session) updates it again."""
+    cluster = _cluster(models, tmp_path, "qwen3", tp=2, trainers=2, engine="m_to_n",
+                       sharded=True)
+    try:
+        # The first update plans; the second makes the endpoints (the
+        # workers' plans are new) that the next one uses.
+        for round_ in (1, 2):
+            assert all(s == "ok" for s, _ in cluster.update(round_))
+        before = cluster.workers("digest")
+        t0 = time.perf_counter()
+        results = cluster.update(3, die_after_s={1: 0.0})
+        took = time.perf_counter() - t0
+        assert results[0][0] == "error" and "rank 1" in results[0][1], results
+        assert took < cluster.spec.timeout / 4, took
+        for error in cluster.last_errors():
+            assert error is not None and "rank 1" in error, error
+        assert cluster.workers("digest") == before
+        cluster.restart_trainers()
+        assert all(s == "ok" for s, _ in cluster.update(4))
+        assert h.inexact(cluster, 4) == []
+    finally:
+        cluster.close()
+
+
+def test_a_restarted_engine_reads_its_plan(models, tmp_path):
+    """The plans the first engine traced and saved are read back by a new
+    one of the same model and layout (both TP ranks), and its updates are
+    exact."""
+    for run, expected in enumerate(("traced", "read")):
+        cluster = _cluster(models, tmp_path, "qwen3_moe", tp=2, engine="sliced")
+        try:
+            assert all(s == "ok" for s, _ in cluster.update(run + 1))
+            plans = cluster.workers("plan")
+            assert all(p["how"].startswith(expected) for p in plans), [p["how"] for p in plans]
+            assert all(set(p["kinds"].values()) == {"direct"} for p in plans)
+            assert h.inexact(cluster, run + 1) == []
+        finally:
+            cluster.close()
