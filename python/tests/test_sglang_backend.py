@@ -88,9 +88,9 @@ def test_bad_updates_leave_the_model_unchanged(models, tmp_path):
 
 def test_a_trainer_rank_that_dies_leaves_the_model_unchanged(models, tmp_path):
     """Trainer rank 1 dies as an update starts (over the endpoints the
-    earlier updates made): every TP rank fails the update naming it, well
-    before the timeout, the model is as it was, and a restarted trainer (a
-    new session) updates it again."""
+    earlier updates made): every TP rank fails the update naming it within
+    2 s, the model is as it was, and a restarted trainer (a new session)
+    updates it again."""
     cluster = _cluster(models, tmp_path, "qwen3", tp=2, trainers=2, engine="m_to_n",
                        sharded=True)
     try:
@@ -103,7 +103,9 @@ def test_a_trainer_rank_that_dies_leaves_the_model_unchanged(models, tmp_path):
         results = cluster.update(3, die_after_s={1: 0.0})
         took = time.perf_counter() - t0
         assert results[0][0] == "error" and "rank 1" in results[0][1], results
-        assert took < cluster.spec.timeout / 4, took
+        # Noticed from the dead rank's connection, not at the timeout (60 s):
+        # about 0.1 s on this machine.
+        assert took < 2.0, took
         for error in cluster.last_errors():
             assert error is not None and "rank 1" in error, error
         assert cluster.workers("digest") == before
