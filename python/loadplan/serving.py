@@ -1,14 +1,41 @@
-"""What the engine integrations' workers (``loadplan.vllm``,
-``loadplan.sglang``) share on the receiving side: the Receiver kept while
-the trainer's endpoints stay the same, and the refusal of an update a
-worker cannot plan."""
+"""What the engine integrations (``loadplan.vllm``, ``loadplan.sglang``)
+share: the names both sides of a session use in the rendezvous store and
+for their endpoints, the checkpoint's dtypes by name, and on the receiving
+side the Receiver kept while the trainer's endpoints stay the same, and the
+refusal of an update a worker cannot plan."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
+
 from .transfer import Receiver
 from .transfer.endpoints import refuse
+
+
+def plan_version_key(session: str, worker_rank: int) -> str:
+    """The store key where a worker publishes how many plans it has made
+    (the trainer makes new endpoints when it changes)."""
+    return f"{session}/plan-version/{worker_rank}"
+
+
+def endpoint_name(session: str, epoch: int) -> str:
+    """The name of the transfer endpoints (Sender, Receiver) of an epoch."""
+    return f"{session}.e{epoch}"
+
+
+def endpoint_session(name: str) -> str:
+    """The session of the endpoints named ``name`` (``endpoint_name``'s)."""
+    return name.rpartition(".e")[0]
+
+
+def dtype_named(name: str) -> torch.dtype:
+    """The torch dtype a checkpoint declares by name (``"bfloat16"``)."""
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"load plan: {name!r} is not a torch dtype")
+    return dtype
 
 
 class Receiving:

@@ -3,7 +3,7 @@ SGLang's): the binary plan file (its fingerprint guards the live layout)
 and beside it what else it was made for: the checkpoint the trainer
 declares, the layers the engine processes after loading, and a key of the
 model, parallel layout and versions that the engine's integration makes
-(``key``). A restarted worker of the same model and layout reads it back
+(``plan_key``). A restarted worker of the same model and layout reads it back
 instead of tracing the loader again."""
 
 from __future__ import annotations

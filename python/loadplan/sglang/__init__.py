@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 
+from ..serving import endpoint_session
 from .worker import BACKEND, LOGGER_NAME
 
 logger = logging.getLogger(LOGGER_NAME)
@@ -101,7 +102,7 @@ def _receive(original, self, *, names, dtypes, shapes, group_name, load_format=N
     if load_format != BACKEND:
         return original(self, names=names, dtypes=dtypes, shapes=shapes,
                         group_name=group_name, load_format=load_format)
-    session = group_name.rpartition(".")[0]
+    session = endpoint_session(group_name)
     worker = workers_of(self).get(session)
     if worker is None:
         raise RuntimeError(f"load plan: no loadplan session {session!r} on TP rank "

@@ -28,6 +28,7 @@ import datetime
 import json
 from collections.abc import Callable
 
+from ..serving import endpoint_name
 from .worker import BACKEND, WIRE_KEYS, init_key
 
 
@@ -90,7 +91,7 @@ class SGLangClient:
             "names": list(update_info.get("names", [])),
             "dtypes": list(update_info.get("dtype_names", [])),
             "shapes": [list(s) for s in update_info.get("shapes", [])],
-            "group_name": f"{self.session}.e{int(update_info['epoch'])}",
+            "group_name": endpoint_name(self.session, int(update_info["epoch"])),
             "load_format": BACKEND})
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:

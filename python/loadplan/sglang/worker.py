@@ -27,7 +27,7 @@ import torch
 from .. import stored
 from ..plan import LoadPlan, ParamMeta
 from ..planning import plan_loads
-from ..serving import Receiving, refuse_plan
+from ..serving import Receiving, dtype_named, endpoint_session, plan_version_key, refuse_plan
 from ..transfer import Receiver
 
 LOGGER_NAME = "loadplan.sglang"
@@ -45,19 +45,12 @@ def init_key(session: str) -> str:
     return f"{session}/sglang-init"
 
 
-def plan_version_key(session: str, worker_rank: int) -> str:
-    """Where a worker publishes how many plans it has made (the trainer
-    makes new endpoints when it changes)."""
-    return f"{session}/plan-version/{worker_rank}"
-
-
 def _dtype(name) -> torch.dtype:
+    """A request's dtype: SGLang's Python callers may pass torch dtypes or
+    their full names."""
     if isinstance(name, torch.dtype):
         return name
-    dtype = getattr(torch, str(name).removeprefix("torch."), None)
-    if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"load plan: {name!r} is not a torch dtype")
-    return dtype
+    return dtype_named(str(name).removeprefix("torch."))
 
 
 class _NotFound(logging.Handler):
@@ -223,7 +216,7 @@ class Worker:
         """One whole update over the endpoints named ``endpoint``: the direct
         names into live memory, then the fallbacks through ``load_weights``.
         Raises on any failure (every rank fails the same update)."""
-        if not endpoint.startswith(f"{self.session}."):
+        if endpoint_session(endpoint) != self.session:
             raise ValueError(f"load plan: update {endpoint!r} is not of session "
                              f"{self.session!r}")
         try:

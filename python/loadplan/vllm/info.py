@@ -15,6 +15,7 @@ from vllm.distributed.weight_transfer.base import (
     WeightTransferUpdateInfo,
 )
 
+from ..serving import endpoint_name, plan_version_key  # noqa: F401 - the backend's names
 from ..transfer import DEFAULT_STAGING_CAP, ENGINES
 
 BACKEND = "loadplan"
@@ -145,16 +146,6 @@ class LoadplanWeightTransferUpdateInfo(WeightTransferUpdateInfo):
             raise ValueError(
                 f"load plan: {len(self.names)} names, {len(self.dtype_names)} dtypes and "
                 f"{len(self.shapes)} shapes; they must pair up")
-
-
-def plan_version_key(session: str, worker_rank: int) -> str:
-    """The store key where a worker publishes how many plans it has made."""
-    return f"{session}/plan-version/{worker_rank}"
-
-
-def endpoint_name(session: str, epoch: int) -> str:
-    """The name of the transfer endpoints (Sender, Receiver) of an epoch."""
-    return f"{session}.e{epoch}"
 
 
 def epoch_key(session: str, round_: int) -> str:

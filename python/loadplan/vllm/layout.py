@@ -6,22 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
 from vllm.distributed.weight_transfer.base import ParamMeta as VllmParamMeta
 from vllm.distributed.weight_transfer.base import Shard
 
 from ..plan import Box, ParamMeta
+from ..serving import dtype_named  # noqa: F401 - the worker's name for it
 
 
 def to_loadplan(meta: VllmParamMeta) -> ParamMeta:
     return ParamMeta(meta.name, tuple(meta.shape), meta.dtype)
-
-
-def dtype_named(name: str) -> torch.dtype:
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"load plan: {name!r} is not a torch dtype")
-    return dtype
 
 
 def _chunk(start: int, stop: int, index: int, count: int) -> tuple[int, int]:
