@@ -18,6 +18,7 @@ import hashlib
 import multiprocessing as mp
 import os
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, replace
@@ -388,7 +389,11 @@ def serve(conn, trainer_conns, handle, shutdown) -> None:
 
 class PipeClient:
     """vLLM's ``VLLMWeightSyncClient`` over pipes to the worker processes:
-    each call fans out to every worker and raises the first error."""
+    each call fans out to every worker and raises the first error.
+    ``asked`` is set once an update's call went to every worker."""
+
+    UPDATES = ("update_weights", "update_weights_from_distributed")
+    asked = threading.Event()
 
     def __init__(self, conns):
         self.conns = conns
@@ -396,6 +401,8 @@ class PipeClient:
     def _all(self, method: str, arg: Any = None) -> list:
         for c in self.conns:
             c.send((method, arg))
+        if method in self.UPDATES:
+            PipeClient.asked.set()
         results = [c.recv() for c in self.conns]
         errors = [r for status, r in results if status == "error"]
         if errors:
@@ -476,14 +483,17 @@ def trainer_main(conn, spec: Spec, rank: int, worker_conns) -> None:
 
 
 def _die_in_set_up() -> None:
-    """The process exits as it hands in its part of the endpoints' set-up
-    (after it asked the workers to update)."""
+    """The process exits as it hands in its part of the endpoints' set-up,
+    once its client asked every worker to update (the call runs on a thread
+    of its own: without the wait, a worker may never be asked)."""
     from loadplan.transfer.rendezvous import Rendezvous
 
     store_set = Rendezvous.store_set
+    PipeClient.asked.clear()
 
     def die(self, key: str, value: bytes) -> None:
         if "/desc/" in key:  # its offer to the schedule's agreement
+            PipeClient.asked.wait(30)
             os._exit(9)
         store_set(self, key, value)
 
@@ -491,8 +501,6 @@ def _die_in_set_up() -> None:
 
 
 def _die_later(seconds: float) -> None:
-    import threading
-
     threading.Timer(seconds, lambda: os._exit(9)).start()
 
 
