@@ -1,17 +1,65 @@
 """What the engine integrations (``loadplan.vllm``, ``loadplan.sglang``)
-share: the names both sides of a session use in the rendezvous store and
-for their endpoints, the checkpoint's dtypes by name, and on the receiving
-side the Receiver kept while the trainer's endpoints stay the same, and the
-refusal of an update a worker cannot plan."""
+and the trainer (``loadplan.trainer``) share: the wire parameters the
+trainer chooses for both sides, the names both sides of a session use in
+the rendezvous store and for their endpoints, the checkpoint's dtypes by
+name, and on the receiving side the Receiver kept while the trainer's
+endpoints stay the same, and the refusal of an update a worker cannot
+plan."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 
 import torch
 
-from .transfer import Receiver
+from .transfer import DEFAULT_STAGING_CAP, ENGINES, Receiver
 from .transfer.endpoints import refuse
+
+TRANSPORTS = ("gloo", "nccl")
+
+
+@dataclass(kw_only=True)
+class WireParams:
+    """What both sides must agree on, which the trainer chooses and hands
+    to the workers: the transfer engine (``"m_to_n"``, ``"sliced"``,
+    ``"full"``), each rank's staging cap in bytes, ``atomic`` (live memory
+    changes only once every rank has all of an update), the timeout in
+    seconds, the transport (``"gloo"``, ``"nccl"``; None picks by the
+    device) and where workers keep their plans (None: ``$LOADPLAN_PLAN_DIR``
+    or ``~/.cache/loadplan/plans``)."""
+
+    engine: str = "m_to_n"
+    staging_cap: int = DEFAULT_STAGING_CAP
+    atomic: bool = True
+    timeout: float = 300.0
+    transport: str | None = None
+    plan_dir: str | None = None
+
+
+WIRE_KEYS = tuple(f.name for f in fields(WireParams))
+
+
+def check_wire(engine: str, world_size: int, trainer_ranks: int, port: int,
+               transport: str | None, timeout: float) -> None:
+    """Raises ValueError naming what is wrong with a session's parameters."""
+    if engine not in ENGINES:
+        raise ValueError(f"load plan: engine {engine!r} is not one of {sorted(ENGINES)}")
+    if not 0 < trainer_ranks < world_size:
+        raise ValueError(f"load plan: {trainer_ranks} trainer ranks leave no inference "
+                         f"worker among world_size {world_size}")
+    if not 0 < port < 65536:
+        raise ValueError(f"load plan: master_port {port} is not a port")
+    if transport is not None and transport not in TRANSPORTS:
+        raise ValueError(f"load plan: transport {transport!r} is not one of {TRANSPORTS}")
+    if not timeout > 0:
+        raise ValueError(f"load plan: timeout must be positive, got {timeout}")
+
+
+def epoch_key(session: str, round_: int) -> str:
+    """The store key where trainer rank 0 tells the other trainer ranks the
+    epoch of an update."""
+    return f"{session}/epoch/{round_}"
 
 
 def plan_version_key(session: str, worker_rank: int) -> str:

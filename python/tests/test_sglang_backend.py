@@ -28,6 +28,11 @@ SCENARIOS = {
     "qwen3-tp2-sliced": dict(family="qwen3", tp=2, engine="sliced"),
     "qwen3-tp2-m_to_n-sharded": dict(family="qwen3", tp=2, trainers=2, engine="m_to_n",
                                      sharded=True),
+    # loadplan.trainer.Trainer where vLLM cannot be imported, from a source
+    # that is a plain object with loadplan.trainer's Params.
+    "qwen3-tp2-m_to_n-sharded-without-vllm": dict(
+        family="qwen3", tp=2, trainers=2, engine="m_to_n", sharded=True,
+        trainer_without_vllm=True),
     "qwen3_moe-tp2": dict(family="qwen3_moe", tp=2, engine="sliced"),
     "qwen3_moe-tp2-ep": dict(family="qwen3_moe", tp=2, engine="m_to_n", expert_parallel=True),
     # The engine serves the block-fp8 checkpoint; the trainer holds bf16
@@ -53,6 +58,9 @@ def _cluster(models, tmp_path, family, model=None, **kw) -> h.Cluster:
 def test_updates_equal_sglangs_own(models, tmp_path, scenario):
     cluster = _cluster(models, tmp_path, **SCENARIOS[scenario])
     try:
+        assert cluster.trainers == [
+            "Trainer" if cluster.spec.trainer_without_vllm
+            else "LoadplanTrainerWeightTransferEngine"] * cluster.spec.trainers
         for round_ in (1, 2, 3):
             results = cluster.update(round_)
             assert all(status == "ok" for status, _ in results), results

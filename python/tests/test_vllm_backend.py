@@ -340,8 +340,6 @@ def test_the_workers_report_reaches_vllms_log(models, tmp_path, capfd, monkeypat
 
 def _chunked(t, meta):
     """What iter_local yields on each owner: torch.chunk per mesh axis."""
-    from vllm.distributed.weight_transfer.base import Shard
-
     out = {}
     for flat, rank in enumerate(meta.owners):
         coords, rest = [], flat
@@ -350,7 +348,7 @@ def _chunked(t, meta):
             rest //= size
         piece = t
         for axis, p in zip(range(len(meta.mesh_shape)), meta.placements):
-            if isinstance(p, Shard):
+            if getattr(p, "dim", None) is not None:  # a Shard
                 parts = piece.chunk(meta.mesh_shape[axis], dim=p.dim)
                 c = coords[::-1][axis]
                 piece = parts[c] if c < len(parts) else piece.narrow(p.dim, 0, 0)
@@ -365,13 +363,21 @@ def _chunked(t, meta):
     ((3, 8), (4,), ("S0",)),  # the last owner holds nothing
     ((4, 4), (2, 2), ("R", "S1")),
 ])
-def test_owner_boxes_are_what_iter_local_yields(shape, mesh, placements):
+@pytest.mark.parametrize("kind", ["vllm", "loadplan"])
+def test_owner_boxes_are_what_iter_local_yields(shape, mesh, placements, kind):
+    # vLLM's ParamMeta and loadplan.trainer's Param (a trainer without vLLM)
+    # say the same.
     import math
 
     import torch
-    from vllm.distributed.weight_transfer.base import ParamMeta, Replicate, Shard
 
-    from loadplan.vllm.layout import owner_boxes
+    from loadplan.trainer import owner_boxes
+
+    if kind == "vllm":
+        from vllm.distributed.weight_transfer.base import ParamMeta, Replicate, Shard
+    else:
+        from loadplan.trainer import Param as ParamMeta
+        from loadplan.trainer import Replicate, Shard
 
     ps = tuple(Replicate() if p == "R" else Shard(int(p[1])) for p in placements)
     meta = ParamMeta("w", torch.float32, shape, owners=tuple(range(math.prod(mesh))),

@@ -73,6 +73,10 @@ class Spec:
     # The inference engine: "vllm" (worker_main) or "sglang"
     # (sglang_harness.worker_main, driven through loadplan.sglang's client).
     serving: str = "vllm"
+    # The trainer runs loadplan.trainer.Trainer in a process where vLLM
+    # cannot be imported, its source a plain object with loadplan.trainer's
+    # Params (SGLang only).
+    trainer_without_vllm: bool = False
 
 
 def metadata(spec: Spec, variant: str | None = None):
@@ -81,7 +85,12 @@ def metadata(spec: Spec, variant: str | None = None):
     it; bf16 for an fp8 engine's quantized weights, whose scales the trainer
     makes), owned and placed as the trainer holds it."""
     from safetensors import safe_open
-    from vllm.distributed.weight_transfer.base import ParamMeta, Shard
+
+    if spec.trainer_without_vllm:
+        from loadplan.trainer import Param as ParamMeta
+        from loadplan.trainer import Shard
+    else:
+        from vllm.distributed.weight_transfer.base import ParamMeta, Shard
 
     out = []
     for path in sorted(Path(spec.model_dir).glob("*.safetensors")):
@@ -116,11 +125,11 @@ def fp8_patterns(spec: Spec) -> tuple[str, ...]:
     """What the trainer of an fp8 engine quantizes: ``tiny.FP8_WEIGHTS``'s
     patterns that match a name of its checkpoint (the backend refuses one
     that matches none)."""
+    if not spec.fp8:
+        return ()
     import vllm_tiny as tiny
     from fnmatch import fnmatchcase
 
-    if not spec.fp8:
-        return ()
     names = [m.name for m in metadata(spec)]
     return tuple(p for p in tiny.FP8_WEIGHTS if any(fnmatchcase(n, p) for n in names))
 
@@ -140,14 +149,18 @@ def weights(spec: Spec, round_: int, variant: str | None = None) -> list[tuple[s
 
 def make_source(spec: Spec, rank: int, variant: str | None = None):
     """A vLLM ``WeightSource`` of each round's weights, as trainer ``rank``
-    holds them; ``variant``: the checkpoint it declares (see ``metadata``)."""
+    holds them (a plain object for a trainer without vLLM); ``variant``: the
+    checkpoint it declares (see ``metadata``)."""
     from functools import cached_property
 
-    from vllm.distributed.weight_transfer.base import WeightSource
+    from loadplan.trainer import owner_boxes
 
-    from loadplan.vllm.layout import owner_boxes
+    if spec.trainer_without_vllm:
+        base = object
+    else:
+        from vllm.distributed.weight_transfer.base import WeightSource as base
 
-    class Source(WeightSource):
+    class Source(base):
         round = 0
         _made: dict = {}
 
@@ -426,30 +439,73 @@ class PipeClient:
         self._all("finish_weight_update")
 
 
+def _without_vllm() -> None:
+    """From here on, this process cannot import vLLM, as where it is not
+    installed."""
+    import importlib.abc
+
+    class NoVllm(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name == "vllm" or name.startswith("vllm."):
+                raise ModuleNotFoundError(f"No module named {name!r} (this trainer runs "
+                                          "without vLLM)", name=name)
+            return None
+
+    loaded = [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]
+    assert not loaded, f"vLLM was imported before the trainer started: {loaded[:3]}"
+    sys.meta_path.insert(0, NoVllm())
+
+
+def _plain_trainer(spec: Spec, rank: int, worker_conns):
+    """loadplan's own Trainer, with SGLang's client, in a process without vLLM."""
+    _without_vllm()
+    torch.set_num_threads(1)
+    from loadplan.sglang.client import SGLangClient
+    from loadplan.trainer import Trainer, TrainerInfo
+
+    info = TrainerInfo(
+        rank=rank, master_address="127.0.0.1", master_port=spec.master_port,
+        world_size=spec.trainers + spec.tp, num_trainer_ranks=spec.trainers,
+        engine=spec.engine, atomic=spec.atomic, timeout=spec.timeout,
+        plan_dir=spec.plan_dir, quantize_fp8=fp8_patterns(spec))
+    return Trainer.start(info, client=SGLangClient(PipeClient(worker_conns).call),
+                         source=make_source(spec, rank))
+
+
 def trainer_main(conn, spec: Spec, rank: int, worker_conns) -> None:
     try:
-        _setup_process(spec)
-        from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
-
-        import vllm_tiny as tiny
-        from loadplan.vllm.info import LoadplanTrainerInitInfo
-
-        source = make_source(spec, rank)
-        client = PipeClient(worker_conns)
-        if spec.serving == "sglang":
-            from loadplan.sglang.client import SGLangClient
-
-            client = SGLangClient(client.call)
-        info = LoadplanTrainerInitInfo(
-            rank=rank, master_address="127.0.0.1", master_port=spec.master_port,
-            world_size=spec.trainers + spec.tp, num_trainer_ranks=spec.trainers,
-            engine=spec.engine, atomic=spec.atomic, timeout=spec.timeout,
-            plan_dir=spec.plan_dir, quantize_fp8=fp8_patterns(spec))
-        engine = WeightTransferTrainerFactory.trainer_init(info, client=client, source=source)
+        make = _plain_trainer if spec.trainer_without_vllm else _vllm_trainer
+        engine = make(spec, rank, worker_conns)
         conn.send(("ok", type(engine).__name__))
     except BaseException:
         conn.send(("error", traceback.format_exc()))
         return
+    _trainer_loop(conn, spec, rank, engine)
+
+
+def _vllm_trainer(spec: Spec, rank: int, worker_conns):
+    """vLLM's trainer factory makes loadplan's trainer engine."""
+    _setup_process(spec)
+    from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+
+    from loadplan.vllm.info import LoadplanTrainerInitInfo
+
+    source = make_source(spec, rank)
+    client = PipeClient(worker_conns)
+    if spec.serving == "sglang":
+        from loadplan.sglang.client import SGLangClient
+
+        client = SGLangClient(client.call)
+    info = LoadplanTrainerInitInfo(
+        rank=rank, master_address="127.0.0.1", master_port=spec.master_port,
+        world_size=spec.trainers + spec.tp, num_trainer_ranks=spec.trainers,
+        engine=spec.engine, atomic=spec.atomic, timeout=spec.timeout,
+        plan_dir=spec.plan_dir, quantize_fp8=fp8_patterns(spec))
+    return WeightTransferTrainerFactory.trainer_init(info, client=client, source=source)
+
+
+def _trainer_loop(conn, spec: Spec, rank: int, engine) -> None:
+    """Answers the test's calls: ``send`` (one update), ``shutdown``."""
     while True:
         method, arg = conn.recv()
         try:
@@ -573,8 +629,8 @@ class Cluster:
             self.trainer_conns.append(parent)
             self.procs.append(p)
         self._lines.pop(0)
-        for c in self.trainer_conns:
-            self._expect(c, "trainer start")
+        # The class each trainer rank runs.
+        self.trainers = [self._expect(c, "trainer start") for c in self.trainer_conns]
 
     @staticmethod
     def _expect(conn, what: str, timeout: float = 600.0):

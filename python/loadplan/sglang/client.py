@@ -28,8 +28,8 @@ import datetime
 import json
 from collections.abc import Callable
 
-from ..serving import endpoint_name
-from .worker import BACKEND, WIRE_KEYS, init_key
+from ..serving import WIRE_KEYS, endpoint_name
+from .worker import BACKEND, init_key
 
 
 class SGLangClient:

@@ -27,17 +27,20 @@ import torch
 from .. import stored
 from ..plan import LoadPlan, ParamMeta
 from ..planning import plan_loads
-from ..serving import Receiving, dtype_named, endpoint_session, plan_version_key, refuse_plan
+from ..serving import (
+    WIRE_KEYS,
+    Receiving,
+    dtype_named,
+    endpoint_session,
+    plan_version_key,
+    refuse_plan,
+)
 from ..transfer import Receiver
 
 LOGGER_NAME = "loadplan.sglang"
 BACKEND = "loadplan"  # init_weights_update_group's backend, the updates' load_format
 
 logger = logging.getLogger(LOGGER_NAME)
-
-# What the trainer's client puts in the store before it asks the engine to
-# join: the wire parameters both sides must agree on (JSON).
-WIRE_KEYS = ("engine", "staging_cap", "atomic", "timeout", "transport", "plan_dir")
 
 
 def init_key(session: str) -> str:
