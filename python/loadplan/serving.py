@@ -122,9 +122,10 @@ class Receiving:
 
 
 def refuse_plan(error: Exception, *, rank: int, world_size: int, store, name: str,
-                timeout: float) -> None:
+                timeout: float, watch=None) -> None:
     """Fails the set-up of the endpoints ``name`` on every rank with why
     this worker cannot plan the update (the trainer is waiting for its
     endpoint); the caller raises ``error``."""
     refuse(f"load plan: cannot plan the update: {str(error).removeprefix('load plan: ')}",
-           rank=rank, world_size=world_size, store=store, name=name, timeout=timeout)
+           rank=rank, world_size=world_size, store=store, name=name, timeout=timeout,
+           watch=watch)

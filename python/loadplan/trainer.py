@@ -51,6 +51,7 @@ from .plan import Box, ParamMeta
 from .serving import WireParams, check_wire, endpoint_name, epoch_key, plan_version_key
 from .transfer import Sender, quantized_metadata
 from .transfer.endpoints import refuse
+from .transfer.liveness import Liveness
 
 
 @dataclass(frozen=True)
@@ -247,6 +248,10 @@ class Trainer:
         self.store = store
         self.session = session
         self.local = init_info.engine == "m_to_n"
+        # Set-up notices a rank of the session gone within a fraction of a
+        # second, not at the timeout.
+        self.watch = Liveness(store, session, self.rank, init_info.world_size,
+                              address=init_info.master_address, port=init_info.master_port)
         self._sender: Sender | None = None
         self._epoch = -1  # of the current sender
         self._last_epoch = -1  # the last one rank 0 chose
@@ -354,7 +359,7 @@ class Trainer:
             device=device if device.type == "cuda" else None, store=self.store,
             name=endpoint_name(self.session, epoch), timeout=info.timeout,
             staging_cap=info.staging_cap, quantize=quantize,
-            quantize_block=info.quantize_block)
+            quantize_block=info.quantize_block, watch=self.watch)
         self._epoch = epoch
         return self._sender
 
@@ -366,7 +371,7 @@ class Trainer:
             self._sender.fail(error)  # raises it
         info = self.init_info
         refuse(str(error), rank=self.rank, world_size=info.world_size, store=self.store,
-               name=endpoint_name(self.session, epoch), timeout=info.timeout)
+               name=endpoint_name(self.session, epoch), timeout=info.timeout, watch=self.watch)
         raise error
 
     def _drop_sender(self) -> None:
@@ -456,6 +461,7 @@ class Trainer:
     def shutdown(self) -> None:
         """Closes this rank's endpoints."""
         self._drop_sender()
+        self.watch.close()
         executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=False)

@@ -86,7 +86,8 @@ toHoldings(const std::vector<HoldingTuple> &holdings) {
 /// A store over two Python callables, for Gloo's rendezvous and the
 /// schedule's agreement: set(key: str, value: bytes), and get(key: str,
 /// timeout_ms: int) -> bytes, or None when the key did not come in time.
-/// Either raising means the store cannot be reached. The runtime calls them
+/// Either raising means the store cannot be reached, except get raising
+/// loadplan.transfer.liveness.PeerGone: another rank is gone. The runtime calls them
 /// on the thread that made the call, which holds no GIL meanwhile.
 struct PyStore {
   nb::object set, get;
@@ -117,8 +118,10 @@ struct PyStore {
       nb::bytes value = nb::cast<nb::bytes>(got);
       std::memcpy(out, value.c_str(), std::min(value.size(), capacity));
       return static_cast<int64_t>(value.size());
-    } catch (nb::python_error &) {
-      return LOADPLAN_STORE_LOST;
+    } catch (nb::python_error &e) {
+      nb::object gone =
+          nb::module_::import_("loadplan.transfer.liveness").attr("PeerGone");
+      return e.matches(gone) ? LOADPLAN_STORE_PEER_GONE : LOADPLAN_STORE_LOST;
     }
   }
 };

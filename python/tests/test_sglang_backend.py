@@ -96,9 +96,9 @@ def test_bad_updates_leave_the_model_unchanged(models, tmp_path):
 
 def test_a_trainer_rank_that_dies_leaves_the_model_unchanged(models, tmp_path):
     """Trainer rank 1 dies as an update starts (over the endpoints the
-    earlier updates made): every TP rank fails the update naming it within
-    2 s, the model is as it was, and a restarted trainer (a new session)
-    updates it again."""
+    earlier updates made), and later as it sets up new endpoints: each
+    time every TP rank fails the update naming it within 2 s, the model is
+    as it was, and a restarted trainer (a new session) updates it again."""
     cluster = _cluster(models, tmp_path, "qwen3", tp=2, trainers=2, engine="m_to_n",
                        sharded=True)
     try:
@@ -120,6 +120,7 @@ def test_a_trainer_rank_that_dies_leaves_the_model_unchanged(models, tmp_path):
         cluster.restart_trainers()
         assert all(s == "ok" for s, _ in cluster.update(4))
         assert h.inexact(cluster, 4) == []
+        h.dies_in_set_up_is_noticed(cluster, 5, "o_proj.weight")
     finally:
         cluster.close()
 

@@ -240,6 +240,7 @@ def test_a_trainer_rank_that_dies_fails_every_worker_and_changes_nothing(models,
         cluster.restart_trainers()
         _ok(cluster.update(4))
         _exact(cluster, 4)
+        h.dies_in_set_up_is_noticed(cluster, 5, "o_proj.weight")
     finally:
         cluster.close()
 

@@ -523,7 +523,7 @@ def _trainer_loop(conn, spec: Spec, rank: int, engine) -> None:
                 if arg.get("die_after_s") is not None:
                     _die_later(arg["die_after_s"])
                 if arg.get("die_in_set_up"):
-                    _die_in_set_up()
+                    _die_in_set_up(asks=rank == 0)
                 t0 = time.perf_counter()
                 engine.send_weights()
                 result = time.perf_counter() - t0
@@ -538,10 +538,11 @@ def _trainer_loop(conn, spec: Spec, rank: int, engine) -> None:
             conn.send(("error", f"{type(e).__name__}: {e}"))
 
 
-def _die_in_set_up() -> None:
-    """The process exits as it hands in its part of the endpoints' set-up,
-    once its client asked every worker to update (the call runs on a thread
-    of its own: without the wait, a worker may never be asked)."""
+def _die_in_set_up(asks: bool) -> None:
+    """The process exits as it hands in its part of the endpoints' set-up;
+    rank 0 (``asks``) once its client asked every worker to update (the
+    call runs on a thread of its own: without the wait, a worker may never
+    be asked)."""
     from loadplan.transfer.rendezvous import Rendezvous
 
     store_set = Rendezvous.store_set
@@ -549,7 +550,8 @@ def _die_in_set_up() -> None:
 
     def die(self, key: str, value: bytes) -> None:
         if "/desc/" in key:  # its offer to the schedule's agreement
-            PipeClient.asked.wait(30)
+            if asks:
+                PipeClient.asked.wait(30)
             os._exit(9)
         store_set(self, key, value)
 
@@ -580,6 +582,32 @@ def _break_source(source, name_suffix: str, how: str) -> None:
 
     source.iter_local = lambda: wrap(original[0])
     source.iter_full = lambda: wrap(original[1])
+
+
+def dies_in_set_up_is_noticed(cluster: "Cluster", round_: int, suffix: str) -> None:
+    """Trainer rank 1 (not the store's) dies as it sets up new endpoints:
+    the other ranks notice within 2 s and name it, the model is unchanged,
+    and restarted trainers update it again. Uses rounds ``round_`` to
+    ``round_ + 2``; a refused update (a tensor of ``suffix`` in another
+    dtype) first makes the trainer set up new endpoints, without new
+    plans."""
+    before = cluster.workers("digest")
+    results = cluster.update(round_, wrong_dtype={0: suffix})
+    assert results[0][0] == "error", results
+    t0 = time.perf_counter()
+    results = cluster.update(round_ + 1, die_in_set_up={1})
+    took = time.perf_counter() - t0
+    status, message = results[0]
+    assert status == "error" and "rank 1 is gone: its process ended" in message, results
+    # From the session's liveness watch, not at the timeout.
+    assert took < 2.0, took
+    for error in cluster.last_errors():
+        assert error is not None and "rank 1 is gone: its process ended" in error, error
+    assert cluster.workers("digest") == before
+    cluster.restart_trainers()
+    results = cluster.update(round_ + 2)
+    assert all(s == "ok" for s, _ in results), results
+    assert inexact(cluster, round_ + 2) == []
 
 
 TRAINER_STARTS = 8

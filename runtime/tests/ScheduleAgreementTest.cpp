@@ -18,12 +18,14 @@ using namespace loadplan::testing;
 
 namespace {
 
-/// A store in memory; `lost` makes every get fail as a dead server does.
+/// A store in memory; `lost` makes every get fail as a dead server does,
+/// `peerGone` as the caller's does once it saw another rank gone.
 struct MemoryStore {
   std::mutex mutex;
   std::condition_variable changed;
   std::map<std::string, std::string> values;
   bool lost = false;
+  bool peerGone = false;
 
   void put(const std::string &key, const std::string &value) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -50,6 +52,8 @@ struct MemoryStore {
         });
     if (self->lost)
       return LOADPLAN_STORE_LOST;
+    if (self->peerGone)
+      return LOADPLAN_STORE_PEER_GONE;
     if (!came)
       return LOADPLAN_STORE_TIMEOUT;
     const std::string &v = self->values[k];
@@ -288,6 +292,24 @@ TEST_F(ScheduleAgree, ALateRankIsNamedAndALostStoreSaidSo) {
                       "rank 1 lost the rendezvous store while waiting for rank "
                       "0's schedule: the process that serves it is gone"));
   EXPECT_EQ(raw, nullptr);
+}
+
+TEST_F(ScheduleAgree, AWaitStoppedForAGonePeerSaysSo) {
+  MemoryStore watched;
+  watched.peerGone = true;
+  loadplan_store_t callbacks = watched.callbacks();
+  for (int32_t rank : {0, 1}) {
+    loadplan_agree_options_t o = optionsOf(rank, &callbacks);
+    loadplan_schedule_offer_t offer = offerOf(rank);
+    loadplan_schedule_t *raw = nullptr;
+    EXPECT_TRUE(isError(
+        loadplan_schedule_agree(&o, &offer, &raw), LOADPLAN_STATUS_IO_ERROR,
+        rank == 0 ? "rank 0 gave up while handing in its set-up data: a rank "
+                    "of the transfer is gone"
+                  : "rank 1 gave up while waiting for rank 0's schedule: a "
+                    "rank of the transfer is gone"));
+    EXPECT_EQ(raw, nullptr);
+  }
 }
 
 TEST_F(ScheduleAgree, NullArguments) {

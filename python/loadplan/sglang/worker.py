@@ -36,6 +36,7 @@ from ..serving import (
     refuse_plan,
 )
 from ..transfer import Receiver
+from ..transfer.liveness import Liveness
 
 LOGGER_NAME = "loadplan.sglang"
 BACKEND = "loadplan"  # init_weights_update_group's backend, the updates' load_format
@@ -114,6 +115,8 @@ class Worker:
         self.transport = wire.get("transport") or ("nccl" if device.type == "cuda" else "gloo")
         self.plan_dir = wire.get("plan_dir")
         self._store.set_timeout(datetime.timedelta(seconds=self.timeout))
+        self._watch = Liveness(self._store, session, self.rank, world_size,
+                               address=master_address, port=master_port)
         self.plan: LoadPlan | None = None
         self.how = ""  # how the plan was made: traced, or read from a file
         self._metas: list[ParamMeta] | None = None
@@ -209,7 +212,7 @@ class Worker:
             self.model, self.plan, rank=self.rank, world_size=self.world_size,
             num_senders=self.rank_offset, engine=self.engine, atomic=self.atomic,
             backend=self.transport, device=self.device if self.device.type == "cuda" else None,
-            store=self._store, name=endpoint, timeout=self.timeout,
+            store=self._store, name=endpoint, timeout=self.timeout, watch=self._watch,
             **({} if self.staging_cap is None else {"staging_cap": self.staging_cap}))
 
     def _drop_receiver(self) -> None:
@@ -226,7 +229,7 @@ class Worker:
             self._ensure_plan(self._declared(names, dtypes, shapes))
         except Exception as e:
             refuse_plan(e, rank=self.rank, world_size=self.world_size, store=self._store,
-                        name=endpoint, timeout=self.timeout)
+                        name=endpoint, timeout=self.timeout, watch=self._watch)
             raise
         # The fallbacks, once every rank has all of the update, through the
         # model's load_weights.
@@ -237,4 +240,5 @@ class Worker:
 
     def close(self) -> None:
         self._drop_receiver()
+        self._watch.close()
         self._store = None

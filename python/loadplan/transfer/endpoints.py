@@ -67,7 +67,7 @@ class Endpoint:
                  group: Any, store: Any, init_method: str | None, name: str,
                  host: str | None, timeout: float, staging_cap: int,
                  num_threads: int | None, debug_fail_round: int, join_below: int,
-                 overlap: bool, link_probe: bool):
+                 overlap: bool, link_probe: bool, watch: Any):
         engine_code(engine)
         backend_code(backend)
         self._transfer: _native.Transfer | None = None
@@ -79,7 +79,8 @@ class Endpoint:
         self._num_threads = num_threads or 0
         self._debug_fail_round = debug_fail_round
         self._rv = Rendezvous(rank, world_size, group=group, store=store,
-                              init_method=init_method, name=name, host=host, timeout=timeout)
+                              init_method=init_method, name=name, host=host, timeout=timeout,
+                              watch=watch)
         self.rank, self.world_size = self._rv.rank, self._rv.world_size
         if not 0 < num_senders < self.world_size:
             raise ValueError(f"load plan: num_senders {num_senders} must leave room for "
@@ -189,13 +190,13 @@ class Endpoint:
 
 def refuse(message: str, *, rank: int, world_size: int, group: Any = None, store: Any = None,
            init_method: str | None = None, name: str = "loadplan", host: str | None = None,
-           timeout: float = 60.0) -> None:
+           timeout: float = 60.0, watch: Any = None) -> None:
     """What a rank that cannot make its Sender or Receiver calls instead:
     it joins the other ranks' set-up only to fail it, on every rank, with
     ``message`` (so no rank waits for it). Returns once they know; the
     caller raises its own error."""
     rv = Rendezvous(rank, world_size, group=group, store=store, init_method=init_method,
-                    name=name, host=host, timeout=timeout)
+                    name=name, host=host, timeout=timeout, watch=watch)
     # The runtime's agreement raises the refusal on every rank, this one too.
     with contextlib.suppress(TransferError):
         _native.Schedule.agree(rv.rank, rv.world_size, 0, 0, rv.store_set, rv.store_get,
@@ -233,6 +234,9 @@ class Sender(Endpoint):
             same.
         link_probe: time, at set-up, this rank's bytes of an update moved as
             one message per pair of ranks (``stats.probe_seconds``).
+        watch: the session's ``liveness.Liveness``: while setting up, this
+            rank notices within a fraction of a second that another rank
+            that joined the session is gone (None: at the timeout).
         quantize: weight name -> scale name (``fp8_block_scales(metadata)``
             finds them) of the fp8 block-quantized names this sender makes
             from high-precision tensors: ``send`` takes a weight in bf16,
@@ -260,7 +264,7 @@ class Sender(Endpoint):
                  quantize: Mapping[str, str] | None = None,
                  quantize_block: tuple[int, int] = DEFAULT_BLOCK,
                  join_below: int = 0, overlap: bool = True, link_probe: bool = True,
-                 debug_fail_round: int = -1):
+                 watch: Any = None, debug_fail_round: int = -1):
         self.metadata = {m.name: m for m in metadata}
         if holdings is None:
             holdings = {name: None for name in self.metadata}
@@ -279,14 +283,15 @@ class Sender(Endpoint):
             # Before anything is sent: every rank's set-up fails with it.
             refuse(str(e), rank=rank, world_size=world_size,
                    group=group, store=store,
-                   init_method=init_method, name=name, host=host, timeout=timeout)
+                   init_method=init_method, name=name, host=host, timeout=timeout,
+                   watch=watch)
             raise
         super().__init__(rank=rank, world_size=world_size, num_senders=num_senders,
                          engine=engine, backend=backend, device=device, group=group,
                          store=store, init_method=init_method, name=name, host=host,
                          timeout=timeout, staging_cap=staging_cap, num_threads=num_threads,
                          debug_fail_round=debug_fail_round, join_below=join_below,
-                         overlap=overlap, link_probe=link_probe)
+                         overlap=overlap, link_probe=link_probe, watch=watch)
         self._batch = _native.SendBatch([
             (n, _runtime.dtype_code(self.metadata[n].dtype),
              list(self.metadata[n].shape if box is None else (b - a for a, b in box)))
@@ -380,7 +385,7 @@ class Receiver(Endpoint):
                  name: str = "loadplan", host: str | None = None, timeout: float = 60.0,
                  staging_cap: int = DEFAULT_STAGING_CAP, num_threads: int | None = None,
                  join_below: int = 0, overlap: bool = True, link_probe: bool = True,
-                 debug_fail_round: int = -1):
+                 watch: Any = None, debug_fail_round: int = -1):
         self.model, self.plan, self.atomic = model, plan, bool(atomic)
         plan.check_layout(model)
         super().__init__(rank=rank, world_size=world_size, num_senders=num_senders,
@@ -388,7 +393,7 @@ class Receiver(Endpoint):
                          store=store, init_method=init_method, name=name, host=host,
                          timeout=timeout, staging_cap=staging_cap, num_threads=num_threads,
                          debug_fail_round=debug_fail_round, join_below=join_below,
-                         overlap=overlap, link_probe=link_probe)
+                         overlap=overlap, link_probe=link_probe, watch=watch)
         targets = plan.target_tensors
         devices = {t.device for t in targets}
         if devices - {self.device}:

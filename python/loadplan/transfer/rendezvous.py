@@ -12,9 +12,11 @@ import logging
 import os
 import random
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
+from .liveness import SLICE_MS, PeerGone
 from .schedule import TransferError, transfer_error
 
 logger = logging.getLogger("loadplan")
@@ -70,11 +72,14 @@ class Rendezvous:
 
     def __init__(self, rank: int | None, world_size: int | None, *, group: Any,
                  store: Any, init_method: str | None, name: str, host: str | None,
-                 timeout: float):
+                 timeout: float, watch: Any = None):
         import torch.distributed as dist
 
         self.dist = dist
         self.group = group
+        self.watch = watch
+        """The session's Liveness: waits look at the other ranks between
+        slices (None: they wait their whole timeout)."""
         self.store_error: str | None = None
         """What the store raised when it could not be reached (the
         runtime's message of a lost store cannot hold it)."""
@@ -155,15 +160,29 @@ class Rendezvous:
         """The runtime's rendezvous: waits for ``key`` and returns its
         value, or None when it did not come in time; raises when the store
         cannot be reached (a dead TCPStore server)."""
-        try:
-            self.store.wait([key], datetime.timedelta(milliseconds=timeout_ms))
-            return self.store.get(key)
-        except self.dist.DistNetworkError as e:  # the runtime reports a lost store
-            self._lost(e)
-            raise
-        except self.dist.DistStoreError as e:  # a timeout: the runtime names who is late
-            logger.debug("load plan: store get of %s timed out: %s", key, e)
-            return None
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+            slice_ms = left_ms if self.watch is None else min(left_ms, SLICE_MS)
+            try:
+                self.store.wait([key], datetime.timedelta(milliseconds=slice_ms))
+                return self.store.get(key)
+            except self.dist.DistNetworkError as e:  # the runtime reports a lost store
+                self._lost(e)
+                raise
+            except self.dist.DistStoreError as e:  # a timeout: the runtime names who is late
+                if slice_ms == left_ms:
+                    logger.debug("load plan: store get of %s timed out: %s", key, e)
+                    return None
+            try:
+                self.watch.check()
+            except PeerGone as e:  # the runtime reports a gone peer
+                if self.store_error is None:
+                    self.store_error = str(e)
+                raise
+            except self.dist.DistNetworkError as e:
+                self._lost(e)
+                raise
 
     def _lost(self, error: Exception) -> None:
         logger.debug("load plan: the store failed: %s", error)

@@ -30,6 +30,7 @@ from ..plan import LoadPlan, ParamMeta
 from ..planning import plan_loads
 from ..serving import Receiving, refuse_plan
 from ..transfer import Receiver
+from ..transfer.liveness import Liveness
 from ..capture import Targets
 from . import plans, processing, rearrange
 from .info import (
@@ -86,6 +87,7 @@ class LoadplanWeightTransferEngine(
         self._layer_names: dict[str, list[str]] = {}
         self._fresh: set[str] = set()
         self._store = None
+        self._watch: Liveness | None = None  # the session's
         self._receiving = Receiving()
         self._metas: list[ParamMeta] | None = None
         # Until an update has run with it, the plan's processed layers are
@@ -111,6 +113,9 @@ class LoadplanWeightTransferEngine(
         self._store = dist.TCPStore(
             init_info.master_address, init_info.master_port, is_master=False,
             timeout=datetime.timedelta(seconds=init_info.timeout))
+        self._watch = Liveness(self._store, init_info.session, self.rank,
+                               init_info.world_size, address=init_info.master_address,
+                               port=init_info.master_port)
 
     def _transport(self) -> str:
         if self.info.transport:
@@ -330,7 +335,7 @@ class LoadplanWeightTransferEngine(
             num_senders=info.rank_offset, engine=info.engine, atomic=info.atomic,
             backend=self._transport(), device=self.device if self.device.type == "cuda" else None,
             store=self._store, name=self._name(epoch), timeout=info.timeout,
-            staging_cap=info.staging_cap)
+            staging_cap=info.staging_cap, watch=self._watch)
 
     def _drop_receiver(self) -> None:
         self._receiving.drop()
@@ -354,7 +359,8 @@ class LoadplanWeightTransferEngine(
             self._ensure_plan(metas)
         except Exception as e:
             refuse_plan(e, rank=self.rank, world_size=self.info.world_size, store=self._store,
-                        name=self._name(update_info.epoch), timeout=self.info.timeout)
+                        name=self._name(update_info.epoch), timeout=self.info.timeout,
+                        watch=self._watch)
             raise
         epoch = update_info.epoch
         receiver, stats = self._receiving.receive(
@@ -427,4 +433,6 @@ class LoadplanWeightTransferEngine(
 
     def shutdown(self) -> None:
         self._drop_receiver()
-        self._store = None
+        if self._watch is not None:
+            self._watch.close()
+        self._store = self._watch = None

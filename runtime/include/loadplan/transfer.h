@@ -50,10 +50,12 @@ LOADPLAN_API loadplan_status_t loadplan_backend_available(uint32_t backend,
 LOADPLAN_API const char *loadplan_backend_name(uint32_t backend);
 
 /* What loadplan_store_t.get returns when `key` did not come within its
- * timeout, and when the store itself cannot be reached (the process that
- * serves it is gone). */
+ * timeout, when the store itself cannot be reached (the process that
+ * serves it is gone), and when the caller stopped waiting because another
+ * rank of the transfer is gone (its process ended). */
 #define LOADPLAN_STORE_TIMEOUT (-1)
 #define LOADPLAN_STORE_LOST (-2)
+#define LOADPLAN_STORE_PEER_GONE (-3)
 
 /* A key-value store the caller implements for rendezvous (e.g. over
  * torch.distributed's TCPStore). Used only during
@@ -67,8 +69,8 @@ typedef struct loadplan_store_t {
                  const void *value, size_t value_size);
   /* Waits up to `timeout_ms` (> 0) for `key`, then copies at most
    * `capacity` bytes of its value to `out` and returns the value's full
-   * size; LOADPLAN_STORE_TIMEOUT or LOADPLAN_STORE_LOST (any negative
-   * value: an error). Called again with a larger buffer when the value did
+   * size; LOADPLAN_STORE_TIMEOUT, LOADPLAN_STORE_LOST or
+   * LOADPLAN_STORE_PEER_GONE (any other negative value: a lost store). Called again with a larger buffer when the value did
    * not fit. */
   int64_t (*get)(void *context, const char *key, size_t key_size, void *out,
                  size_t capacity, int64_t timeout_ms);

@@ -68,6 +68,9 @@ public:
     while (true) {
       int64_t n = store.get(store.context, key.data(), key.size(),
                             value.data(), value.size(), timeoutMs);
+      if (n == LOADPLAN_STORE_PEER_GONE)
+        throw std::runtime_error("a rank of the transfer is gone (waiting for "
+                                 "key " + key + ")");
       if (n < 0)
         throw std::runtime_error("the store has no key " + key + " after " +
                                  std::to_string(timeoutMs) + " ms");

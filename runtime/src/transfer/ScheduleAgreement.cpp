@@ -410,6 +410,9 @@ private:
                             out.size(), ms);
       if (n == LOADPLAN_STORE_TIMEOUT)
         return false;
+      if (n == LOADPLAN_STORE_PEER_GONE)
+        fail(LOADPLAN_STATUS_IO_ERROR, "rank ", rank, " gave up while ", doing,
+             ": a rank of the transfer is gone");
       if (n < 0)
         lost(doing);
       bool fits = size_t(n) <= out.size();
