@@ -81,13 +81,14 @@ def worker_main(conn, trainer_conns, spec: h.Spec, tp_rank: int) -> None:
 
         init = f"tcp://127.0.0.1:{spec.vllm_port}"
         ep = spec.tp if spec.expert_parallel else 1
-        tiny.init_distributed(spec.tp, tp_rank, init, ep)
+        tiny.init_distributed(spec.tp, tp_rank, init, ep, spec.sglang_moe_runner)
         load_plugins()  # SGLang's scheduler process does this first: loadplan's hooks
         initial = vllm_tiny.checkpoint(spec.model_dir)
 
         def built():
             _, model = tiny.build(spec.model_dir, tp_size=spec.tp, rank=tp_rank,
-                                  init_method=init, ep_size=ep)
+                                  init_method=init, ep_size=ep,
+                                  moe_runner_backend=spec.sglang_moe_runner)
             return model
 
         model, reference = built(), built()
@@ -140,6 +141,10 @@ def worker_main(conn, trainer_conns, spec: h.Spec, tp_rank: int) -> None:
             t0 = time.perf_counter()
             own_update(ws)
             return time.perf_counter() - t0
+        if method == "moe_layouts":  # each fused MoE layer's runner and w13's shape
+            return sorted({(bool(getattr(m.quant_method, "use_flashinfer_trtllm_moe", False)),
+                            tuple(m.w13_weight.shape))
+                           for m in model.modules() if hasattr(m, "w13_weight")})
         if method == "compare":
             return h._compare(model, reference)
         if method == "digest":

@@ -27,17 +27,23 @@ import torch
 _DISTRIBUTED: list[tuple[int, int, int]] = []
 
 
-def init_distributed(tp_size: int, rank: int, init_method: str, ep_size: int = 1) -> None:
+def init_distributed(tp_size: int, rank: int, init_method: str, ep_size: int = 1,
+                     moe_runner_backend: str = "auto") -> None:
     """SGLang's process state and distributed groups over Gloo, once per
-    process."""
+    process, as its scheduler process makes them: the server's arguments
+    published, the MoE configuration read from them (``moe_runner_backend``
+    steers SGLang's fused MoE layers onto a GPU backend's weight layout,
+    e.g. ``"flashinfer_trtllm"``), then the groups."""
     if _DISTRIBUTED:
-        if _DISTRIBUTED[0] != (tp_size, rank, ep_size):
+        if _DISTRIBUTED[0] != (tp_size, rank, ep_size, moe_runner_backend):
             raise RuntimeError(f"this process is rank {_DISTRIBUTED[0][1]} of TP "
-                               f"{_DISTRIBUTED[0][0]} (EP {_DISTRIBUTED[0][2]}) already")
+                               f"{_DISTRIBUTED[0][0]} (EP {_DISTRIBUTED[0][2]}, MoE runner "
+                               f"{_DISTRIBUTED[0][3]}) already")
         return
     from sglang.srt import runtime_context
     from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
     from sglang.srt.distributed import parallel_state
+    from sglang.srt.layers.moe.utils import initialize_moe_config
     from sglang.srt.server_args import ServerArgs
 
     make_group = parallel_state.init_model_parallel_group
@@ -49,12 +55,14 @@ def init_distributed(tp_size: int, rank: int, init_method: str, ep_size: int = 1
     parallel_state.init_model_parallel_group = without_pynccl
     runtime_context.reset_context()
     runtime_context.publish(
-        ServerArgs(model_path="dummy", device="cpu", tp_size=tp_size, ep_size=ep_size),
+        ServerArgs(model_path="dummy", device="cpu", tp_size=tp_size, ep_size=ep_size,
+                   moe_runner_backend=moe_runner_backend),
         role="scheduler", ranks=runtime_context.SpawnRanks(world_rank=rank))
+    initialize_moe_config()
     init_distributed_environment(world_size=tp_size, rank=rank, local_rank=rank,
                                  distributed_init_method=init_method, backend="gloo")
     initialize_model_parallel(backend="gloo")
-    _DISTRIBUTED.append((tp_size, rank, ep_size))
+    _DISTRIBUTED.append((tp_size, rank, ep_size, moe_runner_backend))
 
 
 def _quant_config(hf_config):
@@ -71,13 +79,13 @@ def _quant_config(hf_config):
 
 def build(directory: str | os.PathLike, *, tp_size: int = 1, rank: int = 0,
           init_method: str = "tcp://127.0.0.1:29541", ep_size: int = 1,
-          dtype: torch.dtype = torch.bfloat16):
+          dtype: torch.dtype = torch.bfloat16, moe_runner_backend: str = "auto"):
     """SGLang's model of the Hugging Face model in ``directory`` on this
     rank (not loaded): ``(None, model)``."""
     import transformers
     from sglang.srt.models.registry import ModelRegistry
 
-    init_distributed(tp_size, rank, init_method, ep_size)
+    init_distributed(tp_size, rank, init_method, ep_size, moe_runner_backend)
     hf_config = transformers.AutoConfig.from_pretrained(str(directory))
     model_class, _ = ModelRegistry.resolve_model_cls(hf_config.architectures)
     previous = torch.get_default_dtype()

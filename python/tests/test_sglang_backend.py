@@ -35,6 +35,14 @@ SCENARIOS = {
         trainer_without_vllm=True),
     "qwen3_moe-tp2": dict(family="qwen3_moe", tp=2, engine="sliced"),
     "qwen3_moe-tp2-ep": dict(family="qwen3_moe", tp=2, engine="m_to_n", expert_parallel=True),
+    # SGLang steered onto FlashInfer TRT-LLM's bf16 MoE (Blackwell's):
+    # experts padded to 128 rows, w1/w3 swapped, rows permuted into blocks
+    # at each end_weight_update and restored at each begin_weight_update.
+    "qwen3_moe-tp2-fi-trtllm-bf16": dict(family="qwen3_moe", tp=2, engine="sliced",
+                                         sglang_moe_runner="flashinfer_trtllm"),
+    "qwen3_moe-tp2-ep-fi-trtllm-bf16": dict(family="qwen3_moe", tp=2, engine="m_to_n",
+                                            expert_parallel=True,
+                                            sglang_moe_runner="flashinfer_trtllm"),
     # The engine serves the block-fp8 checkpoint; the trainer holds bf16
     # and its sender quantizes.
     "qwen3-fp8-from-bf16-trainer": dict(family="qwen3", tp=2, engine="sliced", fp8=True,
@@ -65,6 +73,14 @@ def test_updates_equal_sglangs_own(models, tmp_path, scenario):
             results = cluster.update(round_)
             assert all(status == "ok" for status, _ in results), results
             assert h.inexact(cluster, round_) == []
+        if cluster.spec.sglang_moe_runner == "flashinfer_trtllm":
+            # Every fused MoE layer took the path, and its experts are in
+            # TRT-LLM's block layout between updates: this rank's experts
+            # (4, or 2 with EP), one block of the hidden size (64), the gate
+            # and up halves each padded to 128 rows (from 32 or 64).
+            experts = 2 if cluster.spec.expert_parallel else 4
+            layouts = cluster.workers("moe_layouts")
+            assert all(lay == [(True, (experts, 1, 256, 64))] for lay in layouts), layouts
     finally:
         cluster.close()
 

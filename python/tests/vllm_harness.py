@@ -77,6 +77,10 @@ class Spec:
     # cannot be imported, its source a plain object with loadplan.trainer's
     # Params (SGLang only).
     trainer_without_vllm: bool = False
+    # SGLang's MoE runner backend (its --moe-runner-backend): a GPU
+    # backend's name steers its fused MoE layers onto that backend's weight
+    # processing on the CPU.
+    sglang_moe_runner: str = "auto"
 
 
 def metadata(spec: Spec, variant: str | None = None):
