@@ -2,14 +2,16 @@
 of its session is gone.
 
 Each rank of a session (a trainer and its engine's workers) listens on a
-socket of its own, which it never accepts on, and puts where in the store.
-A rank that waits for others (the set-up of new endpoints: the schedule's
-agreement, Gloo's rendezvous) connects to every rank that has said where
-and looks at the connections between slices of its wait: however a process
-ends (it exits, crashes, is killed), the kernel closes its listening socket
-and the connections queued on it, so the connection reads end of file or a
-reset, and a new one is refused. No thread and no message: the waiting
-rank notices within one slice.
+socket of its own, which it never accepts on, and appends where to one key
+of the store. A rank that waits for others (the set-up of new endpoints:
+the schedule's agreement, Gloo's rendezvous) connects to every rank that
+has said where and looks at the connections between slices of its wait:
+however a process ends (it exits, crashes, is killed), the kernel closes
+its listening socket and the connections queued on it, so the connection
+reads end of file or a reset, and a new one is refused. No thread and no
+message: the waiting rank notices within one slice. A slice costs the
+store one read while some rank has not said where yet, none after; each
+rank holds at most one connection to each other rank.
 
 A rank that has not yet said where (it has not joined the session), one
 that hangs, or a host that vanishes without closing anything, is still
@@ -50,7 +52,6 @@ class Liveness:
     def __init__(self, store, prefix: str, rank: int, world_size: int, *, address: str,
                  port: int = 0):
         self.store, self.rank, self.world_size = store, rank, world_size
-        self._prefix = prefix
         host = _facing(address, port)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._listener = socket.socket(family, socket.SOCK_STREAM)
@@ -58,15 +59,24 @@ class Liveness:
         # Connections wait in the kernel's queue: none is ever accepted.
         self._listener.listen(max(world_size, 128))
         self.where = f"{host}|{self._listener.getsockname()[1]}"
+        self._key = f"{prefix}/alive"
+        self._where: dict[int, tuple[str, int]] = {}  # the ranks that said where
         self._peers: dict[int, socket.socket] = {}
         self._gone: dict[int, str] = {}
-        store.set(self._key(rank), self.where)
+        store.append(self._key, f"{rank}|{self.where};")
 
-    def _key(self, rank: int) -> str:
-        return f"{self._prefix}/alive/{rank}"
+    def _read_where(self) -> None:
+        """Where the ranks that joined since the last read listen."""
+        if len(self._where) >= self.world_size or not self.store.check([self._key]):
+            return
+        for entry in self.store.get(self._key).decode().split(";"):
+            if entry:
+                rank, host, port = entry.split("|")
+                self._where[int(rank)] = (host, int(port))
 
     def check(self) -> None:
         """Raises PeerGone naming the first rank of the session found gone."""
+        self._read_where()
         for rank in range(self.world_size):
             if rank == self.rank:
                 continue
@@ -78,16 +88,14 @@ class Liveness:
     def _look(self, rank: int) -> None:
         peer = self._peers.get(rank)
         if peer is None:
-            key = self._key(rank)
-            if not self.store.check([key]):
+            if rank not in self._where:
                 return  # not joined yet
-            where = self.store.get(key).decode()
-            host, _, port = where.rpartition("|")
+            host, port = self._where[rank]
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
             peer = socket.socket(family, socket.SOCK_STREAM)
             peer.settimeout(SLICE_MS / 1000)
             try:
-                peer.connect((host, int(port)))
+                peer.connect((host, port))
             except ConnectionRefusedError:
                 peer.close()
                 self._gone[rank] = (f"rank {rank} is gone: its process ended (nothing listens "
