@@ -306,6 +306,47 @@ def test_constant_writes_happen_and_reads_of_written_targets_are_recorded(loader
     assert m.p.tolist() == [10.0, 10.0, 0.0, 0.0]  # the constant write happened
 
 
+def test_a_checkpoint_tensor_filled_in_place_is_a_constant_write(loader_model):
+    # gpt-oss's loader zeros the down projection's bias on every TP rank
+    # but the first (``weight.zero_()``), then copies it: the target gets
+    # the constant, now, and the name needs no byte of the checkpoint.
+    def load(m, name, w):
+        if name == "zeroed":
+            w.zero_()
+            m.p[:2].copy_(w)
+        elif name == "filled":
+            w.fill_(1.5).narrow(0, 0, 2)
+            m.p[2:].copy_(w[1:].to(F32))  # a view made after the fill, converted
+        elif name == "early":
+            part = w[:2]  # taken before the fill: holds zeros after it
+            w.zero_()
+            m.q.copy_(part)
+        else:  # only a part filled: not a constant
+            w[:1].zero_()
+            m.q.copy_(w)
+
+    m = loader_model({"p": ((4,), F32), "q": ((2,), BF16)}, load)
+    m.p.data.fill_(7)
+    m.q.data.fill_(7)
+    metas = [ParamMeta("zeroed", (2,), BF16), ParamMeta("filled", (3,), BF16),
+             ParamMeta("early", (2,), BF16), ParamMeta("part", (2,), BF16)]
+    ir = captured(m, *metas)
+    assert body(ir, "zeroed") == [
+        'loadplan.constant_write "aten.zero_" @t0 <offset = 0, shape = [2], stride = [1]> as f32']
+    assert body(ir, "filled")[-1] == (
+        'loadplan.constant_write "aten.fill_.Scalar" @t0 <offset = 2, shape = [2], stride = [1]> as f32')
+    assert m.p.tolist() == [0.0, 0.0, 1.5, 1.5]  # written during planning
+    assert "the loader filled early in place" in "\n".join(body(ir, "early"))
+    assert not any("constant_write" in line for line in body(ir, "part"))
+    assert m.q.tolist() == [7.0, 7.0]  # a fallback writes nothing while planning
+
+    # The filled names need nothing on this rank: their targets hold the
+    # constant from planning on.
+    plan = loadplan.plan_loads(m, metas)
+    assert [plan.entries[n].kind for n in ("zeroed", "filled")] == ["unneeded", "unneeded"]
+    assert [plan.entries[n].kind for n in ("early", "part")] == ["fallback", "fallback"]
+
+
 def test_ops_failing_on_meta_stop_the_name(loader_model):
     ir = captured(loader_model({"p": ((2,), F32)}, lambda m, n, w: m.p.copy_(w[w.nonzero()])),
                   ParamMeta("w", (2,), F32))

@@ -54,11 +54,12 @@ SCENARIOS = {
 
 
 # The fallbacks a scenario has (name suffix -> reason); the others have
-# none. gpt-oss's loader zeroes the incoming down_proj_bias in place on
-# every TP rank but the first (the bias is added once).
-EXPECTED_FALLBACKS = {
-    "gpt_oss-bf16-tp2-sliced": {"mlp.experts.down_proj_bias": "applies aten.zero_ to it"},
-}
+# none.
+EXPECTED_FALLBACKS: dict[str, dict[str, str]] = {}
+# The names a scenario's ranks other than the first do not need: gpt-oss's
+# loader zeroes the incoming down_proj_bias in place on every TP rank but
+# the first (the bias is added once), a constant written while planning.
+EXPECTED_UNNEEDED = {"gpt_oss-bf16-tp2-sliced": "mlp.experts.down_proj_bias"}
 
 
 # Layers reloaded on every update besides MLA's attention (suffixes): the
@@ -120,6 +121,10 @@ def test_every_update_equals_a_fresh_load_and_vllms_own_reload(models, tmp_path,
         assert bool(others) == bool(set(fallbacks.values()) & reloads)
         if spec.expert_parallel:  # the other rank's experts
             assert "unneeded" in plan["kinds"].values()
+        elif name in EXPECTED_UNNEEDED:
+            unneeded = {n for n, k in plan["kinds"].items() if k == "unneeded"}
+            zeroed = {n for n in plan["kinds"] if n.endswith(EXPECTED_UNNEEDED[name])}
+            assert unneeded == (zeroed if plan["rank"] else set()), unneeded
         if spec.fp8:
             # The fp8 checkpoint the trainer declared, scales included, all
             # direct: on this CPU build the fp8 layers' processing (the

@@ -28,6 +28,7 @@ FP8_MLA_MODEL = dict(FP8_MODEL, mla=tiny.MLA_FP8)
 # gpt-oss with mxfp4 experts: hidden and intermediate sizes FlashInfer's
 # TRT-LLM experts take unpadded (multiples of 256).
 MXFP4_MODEL = dict(mxfp4=True, hidden=256, intermediate=256)
+MXFP4_MODEL_TP2 = dict(MXFP4_MODEL, intermediate=512)
 # At TP=2 each rank's share of k and v is still a whole 128-row block.
 FP8_MODEL_TP2 = dict(FP8_MODEL, kv_heads=4)
 
@@ -103,6 +104,13 @@ SCENARIOS = {
     # are: rearranged, the biases written converted.
     "gpt_oss-mxfp4-fi-trtllm": (
         dict(family="gpt_oss", model=MXFP4_MODEL, steer="fi-trtllm-mxfp4-moe"),
+        ["mxfp4_backend FLASHINFER_TRTLLM_MXFP4_BF16: 2 layers, biases fp32"],
+        (), (), ("mlp.experts.routed_experts",)),
+    # ... at TP=2: on the second rank the loader zeros the incoming
+    # down_proj_bias (the bias is added once), a constant written into the
+    # live fp32 biases while planning; the rest as at TP=1.
+    "gpt_oss-mxfp4-tp2-fi-trtllm": (
+        dict(family="gpt_oss", model=MXFP4_MODEL_TP2, tp=2, steer="fi-trtllm-mxfp4-moe"),
         ["mxfp4_backend FLASHINFER_TRTLLM_MXFP4_BF16: 2 layers, biases fp32"],
         (), (), ("mlp.experts.routed_experts",)),
 }

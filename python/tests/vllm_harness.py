@@ -356,7 +356,7 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
                 "report": plan.report, "processed": list(engine.processed),
                 "refreshed": list(engine.refreshed),
                 "recomputed": list(engine.recomputed),
-                "rearranged": list(engine.rearranged), "traced": bool(plan.ir),
+                "rearranged": list(engine.rearranged), "traced": bool(plan.ir), "rank": tp_rank,
                 "signature": processing_signature(model),
                 "modules": {n: sorted({w.target.rpartition(".")[0] for w in e.writes})
                             for n, e in plan.entries.items() if e.writes},

@@ -56,6 +56,7 @@ from .targets import Target, Targets, storage_key
 from .trace import (
     ELEMENT_SIZE_REASON,
     REDIRECT_REASON,
+    Fill,
     Redirect,
     Sink,
     Stopped,
@@ -66,6 +67,7 @@ from .trace import (
 __all__ = [
     "Capture",
     "ELEMENT_SIZE_REASON",
+    "Fill",
     "REDIRECT_REASON",
     "Redirect",
     "Target",
@@ -155,6 +157,9 @@ class Capture:
         # writes into its tensors, in arrival order.
         self.module_names: dict[str, list[str]] = {
             module: list(names) for module, names in sink.module_names.items()}
+        # The constants written into targets while planning, where the
+        # loader filled a checkpoint tensor in place and copied it.
+        self.fills: list[Fill] = list(sink.fills)
 
     @property
     def ir(self) -> str:

@@ -34,9 +34,16 @@ from .ops import (
 )
 from .targets import Targets, storage_key
 
+# In-place fills of a trace: with a number, of the whole tensor, a constant.
+_FILLS = (aten.zero_, aten.fill_)
+
 # The reason a copy gets when its destination cannot be written as elements
 # of its own dtype relative to any target (see Sink._copy).
 ELEMENT_SIZE_REASON = "copies into a destination viewed with another element size"
+# The reason of a copy from a name the loader filled in place (``zero_``,
+# ``fill_``) whose source is not known to hold the constant: a view taken
+# before the fill, or a value computed from the filled tensor.
+FILLED_REASON = "the loader filled {name} in place and copies a value it cannot hold as the constant"
 
 _CODES = _ir.OP_CODES
 APPLY, CAT, CONSTANT_WRITE = _CODES["apply"], _CODES["cat"], _CODES["constant_write"]
@@ -60,7 +67,8 @@ class Record:
     record (an int tuple, include/loadplan/Records/RecordOps.h), a
     ``TargetRead`` until the capture ends. ``reads`` says whether any is."""
 
-    __slots__ = ("name", "shape", "dtype", "lines", "reads", "_next", "checkpoint")
+    __slots__ = ("name", "shape", "dtype", "lines", "reads", "_next", "checkpoint", "filled",
+                 "epoch")
 
     def __init__(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, type_id: int):
         self.name = name
@@ -72,6 +80,11 @@ class Record:
         # What _native.compile_records takes for the name, unless it read a
         # target: the records are its lines, which grow in place.
         self.checkpoint = (name, type_id, self.lines)
+        # The op with which the loader filled the whole tensor in place
+        # (``aten.zero_``, ``aten.fill_``; empty: it did not), and a count of the in-place writes of its traces: a
+        # trace's constant holds while the count is the one it was made at.
+        self.filled = ""
+        self.epoch = 0
 
     def fresh(self) -> int:
         value = self._next
@@ -89,6 +102,11 @@ class TraceTensor(torch.Tensor):
     _record: Record
     _num: int
     _meta: torch.Tensor
+    # The value every element holds after the loader filled the whole
+    # incoming tensor in place (a 0-d CPU tensor of this trace's dtype),
+    # valid while its record's epoch is ``_epoch``; None: not known.
+    _constant: torch.Tensor | None = None
+    _epoch: int = -1
 
     @staticmethod
     def __new__(cls, sink: Sink, record: Record, num: int, meta: torch.Tensor):
@@ -148,6 +166,17 @@ class TraceUsedAfterPlanning(RuntimeError):
     """A trace was used after its capture ended."""
 
 
+def _dense(t: torch.Tensor) -> bool:
+    """Whether ``t``'s elements fill a run of memory without gaps or
+    repeats (in some order of its dims)."""
+    expected = 1
+    for stride, size in sorted((abs(st), n) for n, st in zip(t.shape, t.stride()) if n != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def to_meta(a: Any) -> Any:
     """A trace's meta tensor; any other tensor as a meta tensor."""
     if isinstance(a, TraceTensor):
@@ -186,6 +215,31 @@ class Redirect:
     writes_as: torch.dtype | None = None
 
 
+@dataclass(frozen=True)
+class Fill:
+    """A constant written into a region of a target while planning, where
+    the loader filled a checkpoint tensor in place and copied it there:
+    ``offset``, ``shape`` and ``stride`` in elements of ``dtype`` from the
+    target's first byte; ``value`` a 0-d CPU tensor of ``dtype``."""
+
+    target: Any  # Target
+    dtype: torch.dtype
+    offset: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    value: torch.Tensor
+
+    def write(self) -> None:
+        """Writes the constant into the target's memory."""
+        real = self.target.real
+        with no_dispatch():
+            region = torch.empty(0, dtype=self.dtype, device=real.device)
+            region.set_(real.untyped_storage(),
+                        self.target.byte_offset // self.dtype.itemsize + self.offset,
+                        self.shape, self.stride)
+            region.fill_(self.value.to(real.device))
+
+
 # The most copies one write into a Redirect's tensor may become where it
 # runs backwards through a live tensor (one per index of such dims).
 _BACKWARDS_LIMIT = 64
@@ -210,6 +264,9 @@ class Sink:
         self.fallback_storages = dict(fallback_storages or {})
         # Module of fallback_storages -> the names written into it, in order.
         self.module_names: dict[str, dict[str, None]] = {}
+        # The constants the loader filled checkpoint tensors with and
+        # copied into targets, written while planning (``Fill``).
+        self.fills: list[Fill] = []
         # Each name's incoming meta tensor, made before the capture's mode is
         # on (inside it each would cost a dispatch).
         self._incoming = {name: torch.empty(tuple(m.shape), dtype=m.dtype, device=META)
@@ -311,6 +368,10 @@ class Sink:
             return self.apply(func, args, kwargs, traces)
         if packet in METADATA_QUERIES:
             return func(*map_args(to_meta, args), **kwargs)
+        if packet in _FILLS and len(traces) == 1 and args and args[0] is traces[0]:
+            filled = self._fill(func, args, kwargs)
+            if filled is not None:
+                return filled
         if packet in (aten.cat, aten.stack):
             joined = self._cat(func, args, kwargs, traces)
             if joined is not None:
@@ -364,7 +425,46 @@ class Sink:
         value = record.fresh()
         record.lines.append((lowered[0], value, src._num, in_type,
                              self.type_id(out.shape, out.dtype), *lowered[1:]))
-        return TraceTensor(self, record, value, out)
+        view = TraceTensor(self, record, value, out)
+        constant = self._constant_of(src)
+        if constant is not None:  # a view or an element copy of a constant
+            view._constant = constant if out.dtype == constant.dtype else constant.to(out.dtype)
+            view._epoch = record.epoch
+        return view
+
+    def _fill(self, func: Any, args: tuple, kwargs: dict) -> TraceTensor | None:
+        """``trace.zero_()`` or ``trace.fill_(value)`` of the whole incoming
+        tensor: the loader overwrites every element with one constant, and
+        what it then copies of the trace are constant writes (``_copy``).
+        None where it is not that (a part of the tensor, a value that is a
+        trace or not a number): an ``apply``."""
+        src = args[0]
+        record = src._record
+        if kwargs or src.numel() != prod(record.shape) or src.numel() == 0:
+            return None
+        if not _dense(src._meta):
+            return None
+        value = args[1] if len(args) > 1 else 0
+        with no_dispatch():
+            if isinstance(value, torch.Tensor):
+                if value.is_meta or value.numel() != 1:
+                    return None
+                value = value.detach().reshape(()).to("cpu")
+            try:
+                constant = torch.full((), value, dtype=src.dtype)
+            except (RuntimeError, TypeError):
+                return None  # a dtype torch cannot fill on the CPU
+        record.filled = op_name(func)
+        record.epoch += 1
+        src._constant, src._epoch = constant, record.epoch
+        return src
+
+    @staticmethod
+    def _constant_of(trace: TraceTensor) -> torch.Tensor | None:
+        """The constant every element of ``trace`` holds, if known."""
+        if trace._constant is None or trace._epoch != trace._record.epoch:
+            return None
+        return trace._constant
 
     def _new(self, record: Record, num: int, meta: torch.Tensor) -> TraceTensor:
         return TraceTensor(self, record, num, meta)
@@ -419,14 +519,26 @@ class Sink:
         self.writers.add(record.name)
         flagged = self.fallback_storages.get(key)
         redirect = self.redirects.get(key)
-        if redirect is not None:
-            flagged = self._redirect(redirect, dest, src, func, args, kwargs)
+        constant = self._constant_of(src) if record.filled else None
+        if redirect is not None and record.filled and constant is None:
+            flagged = redirect.module, FILLED_REASON.format(name=record.name)
+        elif redirect is not None:
+            flagged = self._redirect(redirect, dest, src, func, args, kwargs, constant)
             if flagged is None:
                 return dest
+        if flagged is None and constant is not None and offset is not None \
+                and _ir.has_element_type(dest.dtype):
+            # A constant the loader filled the checkpoint tensor with: written
+            # now, during planning, and kept out of the plan.
+            self._fill_target(record, Fill(target, dest.dtype, offset, tuple(dest.shape),
+                                           tuple(dest.stride()), constant.to(dest.dtype)))
+            return dest
         reason = None
         if flagged is not None:
             module, reason = flagged
             self.module_names.setdefault(module, {})[record.name] = None
+        elif record.filled and constant is None:
+            reason = FILLED_REASON.format(name=record.name)
         if reason is None and offset is not None and _ir.has_element_type(dest.dtype):
             # A copy the compiler reduces.
             self.written.add(target.storage)
@@ -457,10 +569,12 @@ class Sink:
         return dest
 
     def _redirect(self, redirect: Redirect, dest: torch.Tensor, src: TraceTensor, func,
-                  args: tuple, kwargs: dict) -> tuple[str, str] | None:
+                  args: tuple, kwargs: dict,
+                  constant: torch.Tensor | None = None) -> tuple[str, str] | None:
         """``dest.copy_(src)`` into ``redirect``'s tensor, recorded as copies
-        into the live tensors it remaps to; None once recorded, else
-        ``(module, reason)`` to fall back with."""
+        into the live tensors it remaps to (with a ``constant`` source,
+        written into them now and recorded as constant writes); None once
+        recorded, else ``(module, reason)`` to fall back with."""
         if dest.dtype != redirect.dtype:
             why = f"it is copied into as {dest.dtype}"
         else:
@@ -480,6 +594,8 @@ class Sink:
                 return redirect.module, REDIRECT_REASON.format(module=redirect.module, why=why)
             writes.append((target, offset, shape, stride, backwards))
         record = src._record
+        if constant is not None:
+            return self._fill_redirect(redirect, dest, record, writes, constant)
         for target, offset, shape, stride, backwards in writes:
             value = src
             if tuple(shape) != tuple(src.shape):
@@ -498,6 +614,34 @@ class Sink:
                      _ir.dtype_code(redirect.writes_as or dest.dtype), at, *(shape[d] for d in kept),
                      *(stride[d] for d in kept)))
         return None
+
+    def _fill_redirect(self, redirect: Redirect, dest: torch.Tensor, record: Record,
+                       writes: list, constant: torch.Tensor) -> tuple[str, str] | None:
+        """A constant copied into ``redirect``'s tensor: each live region it
+        remaps to filled now and recorded as a constant write."""
+        dtype = redirect.writes_as or dest.dtype
+        size = dtype.itemsize
+        if any(t.byte_offset % size for t, *_ in writes):
+            why = "a live tensor's first byte is not a whole element of the constant"
+            return redirect.module, REDIRECT_REASON.format(module=redirect.module, why=why)
+        value = constant.to(dtype)
+        for target, offset, shape, stride, backwards in writes:
+            # Every element gets the same value: a dim that runs backwards
+            # is the same region run forwards.
+            for d in backwards:
+                offset += (shape[d] - 1) * stride[d]
+            stride = tuple(-st if d in backwards else st for d, st in enumerate(stride))
+            self._fill_target(record, Fill(target, dtype, offset, tuple(shape), stride, value))
+        return None
+
+    def _fill_target(self, record: Record, fill: Fill) -> None:
+        """Writes ``fill`` now and records it as a constant write of
+        ``record``'s name."""
+        fill.write()
+        self.fills.append(fill)
+        self.written_keys.add(storage_key(fill.target.real))
+        self._emit_current((CONSTANT_WRITE, self.string_id(record.filled), fill.target.index,
+                            _ir.dtype_code(fill.dtype), fill.offset, *fill.shape, *fill.stride))
 
     def apply(self, func, args: tuple, kwargs: dict, traces: list) -> Any:
         """Any other op: run on meta copies of its arguments, so it writes
@@ -571,6 +715,7 @@ class Sink:
         for (k, o), value in zip(results, result_values):
             if isinstance(wrapped[k], TraceTensor):
                 wrapped[k]._num = value  # written in place: a new value
+                wrapped[k]._record.epoch += 1  # what was constant may not be
             else:
                 wrapped[k] = self._new(record, value, o)
         return pytree.tree_unflatten(wrapped, out_spec)

@@ -494,6 +494,12 @@ def rearranges(plan, writers: Writers, model: torch.nn.Module, module: str,
             if n in what.sources and t.is_contiguous():
                 t.data.view(-1).view(torch.uint8).fill_(0xA5)  # what the writes miss shows
         copy_with_torch(plan, [(n, received[n]) for n in names])
+        # The constants the loader filled its checkpoint tensors with, which
+        # the targets hold from planning on (no name writes them).
+        mine = {storage_key(t) for t in get_layer_tensors(layer).values()}
+        for fill in plan.capture.fills if plan.capture is not None else ():
+            if storage_key(fill.target.real) in mine:
+                fill.write()
         what.run_epilogues(layer)
         # The padding the processing zeroed stays zero (no name writes it).
         for live, offset, shape, stride in what.zero_places:
