@@ -30,11 +30,9 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import subprocess
 import types
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -43,6 +41,7 @@ from torch.overrides import TorchFunctionMode
 from .checks import check_plannable
 from .plan import ParamMeta, declare
 from .planning import compile_ir
+from .tools import find_tool
 
 logger = logging.getLogger("loadplan")
 
@@ -218,25 +217,16 @@ def _first_line(e: BaseException) -> str:
 
 
 def find_translate() -> str:
-    """The ``loadplan-translate`` binary: ``$LOADPLAN_TRANSLATE``, else
-    ``$LOADPLAN_BUILD_DIR/bin`` (default ``build/bin`` of the source tree
-    this package runs from), else ``PATH``.
+    """The ``loadplan-translate`` binary, as ``loadplan.tools.find_tool``
+    finds it: ``$LOADPLAN_TRANSLATE``, else ``$LOADPLAN_BUILD_DIR/bin``
+    (default ``build/bin`` of the source tree this package runs from), else
+    ``PATH``.
 
     Raises:
         RuntimeError: there is none (it is built only where LibTorch is
             found; see docs/torch-export.md).
     """
-    explicit = os.environ.get("LOADPLAN_TRANSLATE")
-    if explicit:
-        return explicit
-    repo = Path(__file__).resolve().parents[2]
-    build = Path(os.environ.get("LOADPLAN_BUILD_DIR", "build"))
-    if not build.is_absolute():
-        build = repo / build
-    candidate = build / "bin" / "loadplan-translate"
-    if candidate.is_file():
-        return str(candidate)
-    found = shutil.which("loadplan-translate")
+    found = find_tool("loadplan-translate")
     if found:
         return found
     raise RuntimeError(

@@ -2,7 +2,7 @@
 //
 // LLVM's Support library draws random numbers with arc4random where the C
 // library it was built against has it (glibc 2.36 and later). Linked
-// statically into the wheel's module, that one call would make the wheel
+// statically into the wheel's module and loadplan-opt, that one call would make the wheel
 // need glibc 2.36; this definition, which the static LLVM objects bind to
 // at link time, needs only getrandom (glibc 2.25), so that the wheel runs
 // on glibc 2.35 (the manylinux_2_35 policy: Ubuntu 22.04 and later).

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,9 +14,9 @@ import torch
 import loadplan
 from loadplan import ParamMeta
 from loadplan.cli import main
+from loadplan.tools import find_tool
 
 BF16, F32 = torch.bfloat16, torch.float32
-REPO = Path(__file__).resolve().parents[2]
 
 
 def mixed_loader(m, name, w):
@@ -151,9 +149,10 @@ def test_dump_ir_writes_what_loadplan_opt_reruns(mixed, tmp_path, monkeypatch, h
     assert "loadplan.write @t0" in Path(f"{stem}.compiled.mlir").read_text()
     assert json.loads(Path(f"{stem}.plan.json").read_text()) == json.loads(plan.json)
 
-    build = REPO / os.environ.get("LOADPLAN_BUILD_DIR", "build")
-    opt = shutil.which("loadplan-opt") or build / "bin" / "loadplan-opt"
-    if Path(opt).exists():  # the same plan from the command-line tool
+    # The command-line tool this installation has (a wheel's own, else the
+    # checkout's build).
+    opt = find_tool("loadplan-opt")
+    if opt is not None and Path(opt).exists():  # the same plan from the tool
         out = subprocess.run([str(opt), "--loadplan-pipeline", "--loadplan-emit-plan-json=-",
                               "-o", "/dev/null", str(captured)], capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
