@@ -16,7 +16,7 @@ import torch
 from .transfer import DEFAULT_STAGING_CAP, ENGINES, Receiver
 from .transfer.endpoints import refuse
 
-TRANSPORTS = ("gloo", "nccl")
+TRANSPORTS = ("gloo", "nccl", "ipc")
 
 
 @dataclass(kw_only=True)
@@ -26,7 +26,9 @@ class WireParams:
     ``"full"``), each rank's staging cap in bytes, ``atomic`` (live memory
     changes only once every rank has all of an update), the timeout in
     seconds, the transport (``"gloo"``, ``"nccl"``; None picks by the
-    device) and where workers keep their plans (None: ``$LOADPLAN_PLAN_DIR``
+    device; ``"ipc"``: trainer and engine on one machine, the workers reading
+    the trainer's tensors in its shared memory, see ``endpoint_transport``)
+    and where workers keep their plans (None: ``$LOADPLAN_PLAN_DIR``
     or ``~/.cache/loadplan/plans``)."""
 
     engine: str = "m_to_n"
@@ -54,6 +56,20 @@ def check_wire(engine: str, world_size: int, trainer_ranks: int, port: int,
         raise ValueError(f"load plan: transport {transport!r} is not one of {TRANSPORTS}")
     if not timeout > 0:
         raise ValueError(f"load plan: timeout must be positive, got {timeout}")
+
+
+def endpoint_transport(transport: str | None, device: torch.device) -> dict:
+    """The ``backend`` and ``colocated`` arguments of a session's Sender or
+    Receiver on ``device``. ``"ipc"``: colocated transfers, the workers
+    reading the trainer's tensors where they lie, in shared memory (CPU
+    tensors; through CUDA IPC not built yet: a ValueError)."""
+    if transport == "ipc":
+        if device.type != "cpu":
+            raise ValueError(f"load plan: transport 'ipc' reads CPU shared memory; for "
+                             f"{device.type} tensors (CUDA IPC) it is not built yet")
+        return {"backend": "gloo", "colocated": True}
+    return {"backend": transport or ("nccl" if device.type == "cuda" else "gloo"),
+            "colocated": False}
 
 
 def epoch_key(session: str, round_: int) -> str:

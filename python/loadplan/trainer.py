@@ -48,7 +48,14 @@ from typing import Any
 import torch
 
 from .plan import Box, ParamMeta
-from .serving import WireParams, check_wire, endpoint_name, epoch_key, plan_version_key
+from .serving import (
+    WireParams,
+    check_wire,
+    endpoint_name,
+    endpoint_transport,
+    epoch_key,
+    plan_version_key,
+)
 from .transfer import Sender, quantized_metadata
 from .transfer.endpoints import refuse
 from .transfer.liveness import Liveness
@@ -209,6 +216,9 @@ class TrainerInfo(WireParams):
             raise ValueError("load plan: quantize_fp8 takes a sequence of name patterns, "
                              f"not the string {self.quantize_fp8!r}")
         self.quantize_fp8 = tuple(self.quantize_fp8)
+        if self.quantize_fp8 and self.transport == "ipc":
+            raise ValueError("load plan: quantize_fp8 makes new tensors on every update, which "
+                             "transport 'ipc' cannot read in place; it is not built yet")
         self.quantize_block = tuple(self.quantize_block)
         if (len(self.quantize_block) != 2
                 or not all(isinstance(b, int) and b > 0 for b in self.quantize_block)):
@@ -222,6 +232,18 @@ class TrainerInfo(WireParams):
     def is_sender(self) -> bool:
         """Rank 0 serves the store and drives the workers."""
         return self.rank == 0
+
+
+def _shared(pairs):
+    """The pairs, each tensor's storage moved into shared memory where it is
+    not there yet (torch's ``share_memory_()``: the same tensor, now backed
+    by a shared file), for colocated workers to read in place. A source that
+    yields its own parameters shares them once; one that makes new tensors
+    on every update pays a copy of each."""
+    for name, tensor in pairs:
+        if tensor.device.type == "cpu" and not tensor.is_shared():
+            tensor.share_memory_()
+        yield name, tensor
 
 
 def _implements(source: Any, mode: str) -> bool:
@@ -349,13 +371,16 @@ class Trainer:
             return self._sender
         self._drop_sender()
         info = self.init_info
-        transport = info.transport or ("nccl" if device.type == "cuda" else "gloo")
+        try:
+            transport = endpoint_transport(info.transport, device)
+        except ValueError as e:
+            self._refuse(epoch, e)
         # A quantized weight's scales are held as the blocks of the weight
         # this rank holds (the Sender sets them).
         self._sender = Sender(
             declared, holdings=held,
             rank=self.rank, world_size=info.world_size, num_senders=info.num_trainer_ranks,
-            engine=info.engine, backend=transport,
+            engine=info.engine, **transport,
             device=device if device.type == "cuda" else None, store=self.store,
             name=endpoint_name(self.session, epoch), timeout=info.timeout,
             staging_cap=info.staging_cap, quantize=quantize,
@@ -434,6 +459,9 @@ class Trainer:
                     f"{source}: {type(e).__name__}: {e}"))
             device = first[1].device if first is not None else torch.device("cpu")
             sender = self._ensure_sender(epoch, declared, quantize, held, device)
+            if self.init_info.transport == "ipc":
+                pairs = _shared(pairs)
+                first = first if first is None else next(_shared([first]))
             # The sender checks that they are the held ones, failing every
             # rank if not, and makes the scales.
             sender.send(pairs if first is None else itertools.chain((first,), pairs),

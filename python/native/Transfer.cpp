@@ -516,13 +516,14 @@ public:
   Transfer(Comm &comm, Schedule &schedule, Plan *plan,
            const std::vector<LayoutTuple> &layouts,
            const std::vector<FallbackTuple> &fallbacks, uint32_t numThreads,
-           int32_t debugFailRound, bool linkProbe)
+           int32_t debugFailRound, bool linkProbe, bool colocated)
       : layoutTuples(layouts), fallbackTuples(fallbacks) {
     loadplan_transfer_options_t options;
     loadplan_transfer_options_init(&options);
     options.num_threads = numThreads;
     options.debug_fail_round = debugFailRound;
     options.link_probe = linkProbe ? 1u : 0u;
+    options.colocated = colocated ? 1u : 0u;
     loadplan_receiver_args_t receiver{};
     if (plan) {
       cLayouts = toLayouts(layoutTuples);
@@ -612,6 +613,7 @@ public:
     out["seconds"] = s.seconds;
     out["probe_seconds"] = s.probe_seconds;
     out["probe_bytes"] = s.probe_bytes;
+    out["mappings"] = s.mappings;
     return out;
   }
 
@@ -714,14 +716,17 @@ void loadplan_python::defineTransfer(nb::module_ &m) {
 
   nb::class_<Transfer>(m, "Transfer", "One rank's transfer engine")
       .def(nb::init<Comm &, Schedule &, Plan *, const std::vector<LayoutTuple> &,
-                    const std::vector<FallbackTuple> &, uint32_t, int32_t, bool>(),
+                    const std::vector<FallbackTuple> &, uint32_t, int32_t, bool,
+                    bool>(),
            nb::arg("comm"), nb::arg("schedule"), nb::arg("plan").none(),
            nb::arg("layouts"), nb::arg("fallbacks"), nb::arg("num_threads"),
            nb::arg("debug_fail_round"), nb::arg("link_probe") = false,
+           nb::arg("colocated") = false,
            "Collective: this rank's engine; a receiver gives its plan, its "
            "target layouts and a buffer per fallback name, a sender None "
            "and empty lists; link_probe times the update's bytes as one "
-           "message per pair of ranks (stats' probe_seconds).")
+           "message per pair of ranks (stats' probe_seconds); colocated: "
+           "receivers read the senders' shared memory in place.")
       .def("update", &Transfer::update, nb::arg("held"), nb::arg("stream") = 0,
            "Collective: one update; a sender passes every tensor it holds "
            "as (name, data, dtype, shape).")

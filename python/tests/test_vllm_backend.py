@@ -48,6 +48,11 @@ SCENARIOS = {
     "deepseek_v3-bf16-trainer": dict(family="deepseek_v3", fp32_names=()),
     "mixtral-tp2-from-2-sharded-trainers": dict(family="mixtral", tp=2, trainers=2,
                                                 sharded=True),
+    # Colocated (transport "ipc"): the workers read the trainer ranks'
+    # tensors in their shared memory; row shards (M-to-N), and a MoE model.
+    "llama-tp2-ipc-from-2-sharded-trainers": dict(family="llama", tp=2, trainers=2,
+                                                  sharded=True, transport="ipc"),
+    "qwen3_moe-tp2-ipc": dict(family="qwen3_moe", tp=2, transport="ipc"),
     # An fp8 block-quantized engine fed by a bf16 trainer (quantize_fp8).
     "qwen3-fp8-from-bf16-trainer": dict(family="qwen3", fp8=True, model=FP8_MODEL),
 }
@@ -125,6 +130,13 @@ def test_every_update_equals_a_fresh_load_and_vllms_own_reload(models, tmp_path,
             unneeded = {n for n, k in plan["kinds"].items() if k == "unneeded"}
             zeroed = {n for n in plan["kinds"] if n.endswith(EXPECTED_UNNEEDED[name])}
             assert unneeded == (zeroed if plan["rank"] else set()), unneeded
+        if spec.transport == "ipc":
+            # Read from the trainer ranks' shared memory: a header and a
+            # table from each (the harness's source makes new tensors every
+            # round, so every table is new), no data messages.
+            stats = plan["stats"]
+            assert stats["mappings"] > 0 and stats["bytes_received"] > 0, stats
+            assert stats["messages_received"] <= 2 * spec.trainers, stats
         if spec.fp8:
             # The fp8 checkpoint the trainer declared, scales included, all
             # direct: on this CPU build the fp8 layers' processing (the
@@ -227,8 +239,11 @@ def test_a_bad_checkpoint_fails_every_worker_and_changes_nothing(models, tmp_pat
         cluster.close()
 
 
-def test_a_trainer_rank_that_dies_fails_every_worker_and_changes_nothing(models, tmp_path):
-    spec = _spec(models, tmp_path, family="llama", tp=2, trainers=2, sharded=True)
+@pytest.mark.parametrize("transport", [None, "ipc"])
+def test_a_trainer_rank_that_dies_fails_every_worker_and_changes_nothing(models, tmp_path,
+                                                                         transport):
+    spec = _spec(models, tmp_path, family="llama", tp=2, trainers=2, sharded=True,
+                 transport=transport)
     cluster = h.Cluster(spec)
     try:
         _ok(cluster.update(1))
@@ -406,7 +421,8 @@ def test_init_infos_refuse_what_cannot_work():
     for bad, match in [({"engine": "broadcast"}, "engine"), ({"num_trainer_ranks": 3}, "worker"),
                        ({"master_port": 0}, "port"), ({"transport": "mpi"}, "transport"),
                        ({"rank": 1}, "trainer rank"), ({"quantize_fp8": "*.weight"}, "string"),
-                       ({"quantize_block": (128, 0)}, "quantize_block")]:
+                       ({"quantize_block": (128, 0)}, "quantize_block"),
+                       ({"transport": "ipc", "quantize_fp8": ("*.weight",)}, "ipc")]:
         with pytest.raises(ValueError, match=match):
             LoadplanTrainerInitInfo(**{**ok, **bad})
     with pytest.raises(ValueError, match="pair up"):

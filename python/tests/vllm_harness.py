@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,9 @@ class Spec:
     # backend's name steers its fused MoE layers onto that backend's weight
     # processing on the CPU.
     sglang_moe_runner: str = "auto"
+    # The session's transport (TrainerInfo.transport): None picks by the
+    # device; "ipc": the workers read the trainer's shared memory.
+    transport: str | None = None
 
 
 def metadata(spec: Spec, variant: str | None = None):
@@ -362,7 +365,8 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
                             for n, e in plan.entries.items() if e.writes},
                 "kinds": {n: e.kind for n, e in plan.entries.items()},
                 "nbytes": {n: e.nbytes for n, e in plan.entries.items()},
-                "reasons": {n: e.reason for n, e in plan.entries.items() if e.reason}}
+                "reasons": {n: e.reason for n, e in plan.entries.items() if e.reason},
+                "stats": None if engine.last_stats is None else asdict(engine.last_stats)}
         raise ValueError(f"unknown method {method!r}")
 
     serve(conn, trainer_conns, handle, engine.shutdown)
@@ -470,7 +474,7 @@ def _plain_trainer(spec: Spec, rank: int, worker_conns):
     info = TrainerInfo(
         rank=rank, master_address="127.0.0.1", master_port=spec.master_port,
         world_size=spec.trainers + spec.tp, num_trainer_ranks=spec.trainers,
-        engine=spec.engine, atomic=spec.atomic, timeout=spec.timeout,
+        engine=spec.engine, atomic=spec.atomic, timeout=spec.timeout, transport=spec.transport,
         plan_dir=spec.plan_dir, quantize_fp8=fp8_patterns(spec))
     return Trainer.start(info, client=SGLangClient(PipeClient(worker_conns).call),
                          source=make_source(spec, rank))
@@ -503,7 +507,7 @@ def _vllm_trainer(spec: Spec, rank: int, worker_conns):
     info = LoadplanTrainerInitInfo(
         rank=rank, master_address="127.0.0.1", master_port=spec.master_port,
         world_size=spec.trainers + spec.tp, num_trainer_ranks=spec.trainers,
-        engine=spec.engine, atomic=spec.atomic, timeout=spec.timeout,
+        engine=spec.engine, atomic=spec.atomic, timeout=spec.timeout, transport=spec.transport,
         plan_dir=spec.plan_dir, quantize_fp8=fp8_patterns(spec))
     return WeightTransferTrainerFactory.trainer_init(info, client=client, source=source)
 

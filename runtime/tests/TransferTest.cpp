@@ -21,6 +21,8 @@
 #include <chrono>
 #include <csignal>
 #include <functional>
+#include <set>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -99,6 +101,8 @@ struct Topology {
   uint64_t joinBelow = 0;
   bool sequential = false;
   bool probe = false;
+  /// Colocated: senders hold their tensors in a memfd, receivers read it.
+  bool colocated = false;
 
   std::vector<TestPlan> plans;
   std::vector<PlanPtr> handles;
@@ -204,6 +208,7 @@ struct RankRun {
     options.num_threads = 1;
     options.debug_fail_round = failRound;
     options.link_probe = sc.probe;
+    options.colocated = sc.colocated;
     this->schedule = schedule->schedule.get();
     return take(loadplan_transfer_create(comm, schedule, isSender() ? nullptr : &args,
                                          &options, &transfer));
@@ -224,14 +229,60 @@ struct RankRun {
       }
       if (corrupt)
         shapes[0][0] += 1;
+      // Colocated: every held tensor in one new memfd per update (a trainer
+      // that reallocates its buffers every time), 64-byte aligned.
+      std::vector<size_t> at;
+      size_t total = 0;
+      for (const auto &d : data) {
+        at.push_back(total);
+        total += (d.size() + 63) / 64 * 64;
+      }
+      if (sc.colocated) {
+        shared = SharedFile(std::max<size_t>(total, 1));
+        for (size_t i = 0; i < data.size(); ++i)
+          std::memcpy(shared.data + at[i], data[i].data(), data[i].size());
+      }
       for (size_t i = 0; i < x.holdings.size(); ++i) {
         const TensorDecl &t = sc.decl.tensors[x.holdings[i].tensor];
-        held.push_back({t.name.data(), t.name.size(), data[i].data(), t.dtype,
+        const void *bytes = sc.colocated ? static_cast<const void *>(shared.data + at[i])
+                                         : data[i].data();
+        held.push_back({t.name.data(), t.name.size(), bytes, t.dtype,
                         uint32_t(shapes[i].size()), shapes[i].data()});
       }
     }
     return take(loadplan_transfer_update(transfer, held.data(), held.size(), nullptr));
   }
+
+  /// A sender's memory in a memfd, mapped shared; the descriptor stays
+  /// open, as receivers open it through /proc.
+  struct SharedFile {
+    uint8_t *data = nullptr;
+    size_t size = 0;
+    int fd = -1;
+    SharedFile() = default;
+    explicit SharedFile(size_t bytes) : size(bytes) {
+      fd = memfd_create("loadplan-test", MFD_CLOEXEC);
+      if (fd < 0 || ftruncate(fd, off_t(bytes)) != 0)
+        throw std::runtime_error("memfd_create failed");
+      void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p == MAP_FAILED)
+        throw std::runtime_error("mmap failed");
+      data = static_cast<uint8_t *>(p);
+    }
+    SharedFile &operator=(SharedFile &&o) noexcept {
+      std::swap(data, o.data);
+      std::swap(size, o.size);
+      std::swap(fd, o.fd);
+      return *this;
+    }
+    ~SharedFile() {
+      if (data)
+        munmap(data, size);
+      if (fd >= 0)
+        close(fd);
+    }
+  };
+  SharedFile shared;
 
   /// Live memory now (none on a sender).
   std::vector<std::vector<uint8_t>> snapshot() const {
@@ -251,11 +302,25 @@ struct RankRun {
       messages += !(p.flags & LOADPLAN_PIECE_JOINED) &&
                   (isSender() ? int(p.sender) == rank
                               : int(p.receiver) == receiver());
+    if (sc.colocated) {
+      // A header from each sender to each of its receivers and, the memory
+      // being new each update, its table; no data.
+      std::set<std::pair<uint32_t, uint32_t>> pairs;
+      for (const auto &p : schedule->pieces)
+        pairs.insert({p.sender, p.receiver});
+      messages = 0;
+      for (const auto &[from, to] : pairs)
+        messages += 2 * (isSender() ? int(from) == rank : int(to) == receiver());
+      if (!isSender() && !stats.mappings)
+        return "a colocated receiver has nothing mapped";
+      if (stats.bytes_sent)
+        return "a colocated sender sent bytes";
+    }
     if ((isSender() ? stats.messages_sent : stats.messages_received) != messages)
       return concat(isSender() ? "sent " : "received ",
                     isSender() ? stats.messages_sent : stats.messages_received,
                     " messages, the schedule has ", messages);
-    if (sc.probe && (stats.probe_seconds <= 0 ||
+    if (sc.probe && !(sc.colocated && isSender()) && (stats.probe_seconds <= 0 ||
                      stats.probe_bytes != stats.bytes_sent +
                                               stats.bytes_received +
                                               stats.bytes_local))
@@ -273,7 +338,9 @@ struct RankRun {
       return "live memory differs from the reference";
     if (fallback != u.tensors["scale"])
       return "the fallback buffer is not the whole tensor";
-    uint64_t expected = sc.engine == LOADPLAN_ENGINE_FULL
+    // Colocated receivers read only what their plan needs, whatever the
+    // engine.
+    uint64_t expected = sc.engine == LOADPLAN_ENGINE_FULL && !sc.colocated
                             ? sc.modelBytes()
                             : neededBytes(sc.handles[receiver()].get());
     if (stats.bytes_received != expected)
@@ -337,6 +404,7 @@ struct Case {
   uint64_t joinBelow = 0;
   bool sequential = false;
   bool probe = false;
+  bool colocated = false;
 };
 
 void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
@@ -364,6 +432,7 @@ TEST_P(TransferGloo, ReceiversMatchTheReferenceAndMoveWhatTheyNeed) {
     sc.joinBelow = c.joinBelow;
     sc.sequential = c.sequential;
     sc.probe = c.probe;
+    sc.colocated = c.colocated;
     return runScenario(sc, rank, dir);
   }));
 }
@@ -398,7 +467,17 @@ INSTANTIATE_TEST_SUITE_P(
              Layout::RowShards, false, 1024, true, 256},
         // The same with every piece a message of its own, rounds in turn.
         Case{"ManyNamesEachPieceAloneSequential", 2, 2, LOADPLAN_ENGINE_M_TO_N,
-             Layout::RowShards, false, 1024, true, 256, 1, true, true}),
+             Layout::RowShards, false, 1024, true, 256, 1, true, true},
+        // Colocated: receivers read the senders' memfds in place, each
+        // engine, converting writes, atomic, a probe.
+        Case{"ColocatedFullOneToTwo", 1, 2, LOADPLAN_ENGINE_FULL, Layout::Replica, false, 0,
+             true, 4, 0, false, true, true},
+        Case{"ColocatedSlicedTpTwoToFour", 2, 4, LOADPLAN_ENGINE_SLICED, Layout::TpShards,
+             false, 0, false, 4, 0, false, false, true},
+        Case{"ColocatedMToNFsdpFourToTwo", 4, 2, LOADPLAN_ENGINE_M_TO_N, Layout::RowShards,
+             false, 0, true, 256, 0, false, true, true},
+        Case{"ColocatedMToNAtomicSmallCap", 2, 2, LOADPLAN_ENGINE_M_TO_N, Layout::RowShards,
+             true, 64, true, 4, 0, false, false, true}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 class TransferFailures : public TransferGloo {};

@@ -32,6 +32,7 @@ from ..serving import (
     Receiving,
     dtype_named,
     endpoint_session,
+    endpoint_transport,
     plan_version_key,
     refuse_plan,
 )
@@ -112,7 +113,7 @@ class Worker:
         self.staging_cap = wire.get("staging_cap")
         self.atomic = bool(wire.get("atomic", True))
         self.timeout = float(wire.get("timeout", 300.0))
-        self.transport = wire.get("transport") or ("nccl" if device.type == "cuda" else "gloo")
+        self.transport = wire.get("transport")
         self.plan_dir = wire.get("plan_dir")
         self._store.set_timeout(datetime.timedelta(seconds=self.timeout))
         self._watch = Liveness(self._store, session, self.rank, world_size,
@@ -211,7 +212,7 @@ class Worker:
         return Receiver(
             self.model, self.plan, rank=self.rank, world_size=self.world_size,
             num_senders=self.rank_offset, engine=self.engine, atomic=self.atomic,
-            backend=self.transport, device=self.device if self.device.type == "cuda" else None,
+            **endpoint_transport(self.transport, self.device), device=self.device if self.device.type == "cuda" else None,
             store=self._store, name=endpoint, timeout=self.timeout, watch=self._watch,
             **({} if self.staging_cap is None else {"staging_cap": self.staging_cap}))
 

@@ -33,7 +33,7 @@ bf16 trainers).
 ``loadplan schedule show FILE`` prints a schedule file.
 """
 
-from .endpoints import Receiver, Sender, TransferStats
+from .endpoints import Receiver, Sender, TransferStats, share_memory
 from .quantize import fp8_block_scales, quantize_blocks, quantized_metadata
 from .rendezvous import free_port
 from .schedule import (
@@ -65,4 +65,5 @@ __all__ = [
     "quantize_blocks",
     "quantized_metadata",
     "shard_box",
+    "share_memory",
 ]

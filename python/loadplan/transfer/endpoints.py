@@ -39,6 +39,7 @@ class TransferStats:
     seconds: float
     probe_seconds: float
     probe_bytes: int
+    mappings: int = 0
 
     @property
     def over_probe(self) -> float | None:
@@ -67,7 +68,7 @@ class Endpoint:
                  group: Any, store: Any, init_method: str | None, name: str,
                  host: str | None, timeout: float, staging_cap: int,
                  num_threads: int | None, debug_fail_round: int, join_below: int,
-                 overlap: bool, link_probe: bool, watch: Any):
+                 overlap: bool, link_probe: bool, watch: Any, colocated: bool = False):
         engine_code(engine)
         backend_code(backend)
         self._transfer: _native.Transfer | None = None
@@ -76,6 +77,10 @@ class Endpoint:
         self.staging_cap = int(staging_cap)
         self.join_below, self.overlap = int(join_below), bool(overlap)
         self.link_probe = bool(link_probe)
+        self.colocated = bool(colocated)
+        if self.colocated and backend != "gloo":
+            raise ValueError("load plan: colocated transfers read CPU shared memory (backend "
+                             "'gloo'); through CUDA IPC they are not built yet")
         self._num_threads = num_threads or 0
         self._debug_fail_round = debug_fail_round
         self._rv = Rendezvous(rank, world_size, group=group, store=store,
@@ -141,7 +146,7 @@ class Endpoint:
         self._connect()
         self._transfer = _native.Transfer(
             self._comm, self.schedule.native, plan, layouts or [], fallbacks or [],
-            self._num_threads, self._debug_fail_round, self.link_probe)
+            self._num_threads, self._debug_fail_round, self.link_probe, self.colocated)
 
     def _update(self, held: list) -> TransferStats:
         if self._transfer is None:
@@ -243,6 +248,11 @@ class Sender(Endpoint):
             fp16 or fp32 and sends its fp8 blocks and their float32 scales
             (see transfer/quantize.py); the scales are not given.
         quantize_block: the blocks' shape, (rows, columns).
+        colocated: every rank is on this machine, and receivers read what
+            this rank holds where it lies, in shared memory, instead of
+            receiving it: ``send``'s tensors must be in shared memory
+            (``share_memory(tensors)`` once, or torch's ``share_memory_()``;
+            see docs/transfers.md). Every rank gives the same.
 
     Raises:
         TransferError: on every rank, when a rank cannot set up (the message
@@ -264,7 +274,7 @@ class Sender(Endpoint):
                  quantize: Mapping[str, str] | None = None,
                  quantize_block: tuple[int, int] = DEFAULT_BLOCK,
                  join_below: int = 0, overlap: bool = True, link_probe: bool = True,
-                 watch: Any = None, debug_fail_round: int = -1):
+                 watch: Any = None, debug_fail_round: int = -1, colocated: bool = False):
         self.metadata = {m.name: m for m in metadata}
         if holdings is None:
             holdings = {name: None for name in self.metadata}
@@ -291,7 +301,8 @@ class Sender(Endpoint):
                          store=store, init_method=init_method, name=name, host=host,
                          timeout=timeout, staging_cap=staging_cap, num_threads=num_threads,
                          debug_fail_round=debug_fail_round, join_below=join_below,
-                         overlap=overlap, link_probe=link_probe, watch=watch)
+                         overlap=overlap, link_probe=link_probe, watch=watch,
+                         colocated=colocated)
         self._batch = _native.SendBatch([
             (n, _runtime.dtype_code(self.metadata[n].dtype),
              list(self.metadata[n].shape if box is None else (b - a for a, b in box)))
@@ -374,6 +385,9 @@ class Receiver(Endpoint):
             receives); otherwise a failed update may leave it partial.
         staging_cap: bytes this rank may use for receives that cannot land
             in place (not atomic).
+        colocated: read each piece from the sender's shared memory, mapped
+            here, straight into the live tensors (atomic: into staging, then
+            into them once every rank succeeded); see ``Sender``.
     """
 
     role = "receiver"
@@ -385,7 +399,7 @@ class Receiver(Endpoint):
                  name: str = "loadplan", host: str | None = None, timeout: float = 60.0,
                  staging_cap: int = DEFAULT_STAGING_CAP, num_threads: int | None = None,
                  join_below: int = 0, overlap: bool = True, link_probe: bool = True,
-                 watch: Any = None, debug_fail_round: int = -1):
+                 watch: Any = None, debug_fail_round: int = -1, colocated: bool = False):
         self.model, self.plan, self.atomic = model, plan, bool(atomic)
         plan.check_layout(model)
         super().__init__(rank=rank, world_size=world_size, num_senders=num_senders,
@@ -393,7 +407,8 @@ class Receiver(Endpoint):
                          store=store, init_method=init_method, name=name, host=host,
                          timeout=timeout, staging_cap=staging_cap, num_threads=num_threads,
                          debug_fail_round=debug_fail_round, join_below=join_below,
-                         overlap=overlap, link_probe=link_probe, watch=watch)
+                         overlap=overlap, link_probe=link_probe, watch=watch,
+                         colocated=colocated)
         targets = plan.target_tensors
         devices = {t.device for t in targets}
         if devices - {self.device}:
@@ -437,3 +452,19 @@ class Receiver(Endpoint):
             with torch.no_grad():
                 self.model.load_weights(list(self.fallbacks.items()))
         return stats
+
+
+def share_memory(tensors: Mapping[str, torch.Tensor] | Iterable[torch.Tensor]):
+    """Moves each CPU tensor's storage into shared memory, in place (torch's
+    ``share_memory_()``: the same tensor objects, now backed by a shared
+    file), so that a colocated ``Sender`` can send them: receivers on this
+    machine read them where they lie. Once, before the first update: the
+    first call copies each storage once, later calls do nothing. Returns
+    ``tensors``."""
+    values = tensors.values() if isinstance(tensors, Mapping) else tensors
+    for t in values:
+        if t.device.type != "cpu":
+            raise ValueError(f"load plan: share_memory moves CPU tensors, not {t.device} ones")
+        if not t.is_shared():
+            t.share_memory_()
+    return tensors

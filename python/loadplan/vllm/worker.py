@@ -28,7 +28,7 @@ from vllm.model_executor.model_loader.mtp_validation import disable_mtp_complete
 
 from ..plan import LoadPlan, ParamMeta
 from ..planning import plan_loads
-from ..serving import Receiving, refuse_plan
+from ..serving import Receiving, endpoint_transport, refuse_plan
 from ..transfer import Receiver
 from ..transfer.liveness import Liveness
 from ..capture import Targets
@@ -96,6 +96,8 @@ class LoadplanWeightTransferEngine(
         self._observer: processing.Observer | None = None
         self._plans_made = 0
         self._updates = 0  # that this engine received
+        # The TransferStats of this rank's last update that succeeded.
+        self.last_stats = None
 
     # -- set-up -------------------------------------------------------------
 
@@ -116,11 +118,6 @@ class LoadplanWeightTransferEngine(
         self._watch = Liveness(self._store, init_info.session, self.rank,
                                init_info.world_size, address=init_info.master_address,
                                port=init_info.master_port)
-
-    def _transport(self) -> str:
-        if self.info.transport:
-            return self.info.transport
-        return "nccl" if self.device.type == "cuda" else "gloo"
 
     def _name(self, epoch: int) -> str:
         return endpoint_name(self.info.session, epoch)
@@ -333,7 +330,7 @@ class LoadplanWeightTransferEngine(
         return Receiver(
             self.model, self.plan, rank=self.rank, world_size=info.world_size,
             num_senders=info.rank_offset, engine=info.engine, atomic=info.atomic,
-            backend=self._transport(), device=self.device if self.device.type == "cuda" else None,
+            **endpoint_transport(self.info.transport, self.device), device=self.device if self.device.type == "cuda" else None,
             store=self._store, name=self._name(epoch), timeout=info.timeout,
             staging_cap=info.staging_cap, watch=self._watch)
 
@@ -366,6 +363,7 @@ class LoadplanWeightTransferEngine(
         receiver, stats = self._receiving.receive(
             self._name(epoch), lambda: self._make_receiver(epoch), load_fallbacks=False)
         self._updates += 1
+        self.last_stats = stats
         logger.info("load plan: worker rank %d update %d: %s", self.rank, self._updates,
                     stats.line())
         # Every rank has all of the update; the direct names are in place.

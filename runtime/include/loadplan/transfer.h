@@ -369,6 +369,14 @@ typedef struct loadplan_transfer_options_t {
   /* Nonzero: at creation, time a link probe (see
    * loadplan_transfer_stats_t.probe_seconds). */
   uint32_t link_probe;
+  /* Nonzero: a colocated transfer (every rank gives the same). Receivers
+   * read each piece where its sender holds it, in the sender's shared
+   * memory, mapped into the receiver (same machine, same PID namespace,
+   * CPU memory in shared file mappings: memfd, /dev/shm, torch's
+   * share_memory_()); no data crosses the communicator, which carries only
+   * each sender's table of where its tensors lie (again only when it
+   * changed). The link probe then times a memcpy of the bytes. */
+  uint32_t colocated;
 } loadplan_transfer_options_t;
 
 LOADPLAN_API void loadplan_transfer_options_init(loadplan_transfer_options_t *options);
@@ -440,6 +448,8 @@ typedef struct loadplan_transfer_stats_t {
    * seconds / probe_seconds is what an update costs over its bytes. */
   double probe_seconds;
   uint64_t probe_bytes;
+  /* Colocated: other ranks' shared files this rank has mapped now. */
+  uint64_t mappings;
 } loadplan_transfer_stats_t;
 
 LOADPLAN_API loadplan_status_t

@@ -2,6 +2,7 @@
 
 #include "Engine.h"
 #include "../Status.h"
+#include "SharedMemory.h"
 #include "../host/HostExecutor.h"
 #include "loadplan/format/ByteIO.h"
 #if LOADPLAN_HAVE_CUDA
@@ -114,6 +115,35 @@ struct Engine::Probe {
   /// peer p's at recvAt[p] in `recv`.
   Staging send, recv;
   std::vector<uint64_t> recvAt;
+  /// Colocated: the bytes this rank copies in an update.
+  uint64_t copyBytes = 0;
+};
+
+/// A colocated rank's state (loadplan_transfer_options_t.colocated).
+struct Engine::Colocated {
+  /// A sender's: where its holdings lie, and the generation of that table
+  /// each receiver has (0: none, or unsure after a failed update).
+  SharedExporter exporter;
+  uint64_t generation = 0, acked = 0;
+  /// Comm ranks of the receivers this sender has pieces for (not itself).
+  std::vector<uint32_t> receivers;
+  /// A receiver's: the senders it has pieces from (not itself), and per
+  /// sender index its mapper, the table's generation it holds and where
+  /// each holding lies here.
+  std::vector<uint32_t> senders;
+  std::vector<SharedMapper> mappers;
+  std::vector<uint64_t> generations;
+  std::vector<std::vector<const uint8_t *>> places;
+  std::vector<std::vector<uint64_t>> holdingBytes;
+  /// Per entry of `plan`: its sender and holding. Non-atomic: each piece
+  /// straight from its holding into live memory; atomic: into staging,
+  /// scattered once all agreed.
+  Plan plan;
+  std::unique_ptr<Executor> executor;
+  std::vector<uint32_t> entrySender, entryHolding, all;
+  std::vector<const uint8_t *> entrySource;
+  /// Per piece this rank receives: whether it is from another rank.
+  uint64_t bytesFromOthers = 0, bytesFromSelf = 0;
 };
 
 struct Engine::Receives {
@@ -145,13 +175,56 @@ Engine::Engine(loadplan_comm_t &comm, const Schedule &schedule,
     local = StatusError(LOADPLAN_STATUS_INTERNAL, e.what());
   }
   agree(local, kCreate, schedule.checksum);
+  checkHosts();
   if (linkProbe)
     probe();
+}
+
+void Engine::checkHosts() {
+  HostIdentity mine = hostIdentity(co != nullptr);
+  std::vector<HostIdentity> all(size_t(transport.size));
+  std::vector<std::string> errors;
+  transport.exchange(&mine, sizeof mine, all.data(), kAgreementTag + 4, errors);
+  for (uint32_t p = 0; p < all.size(); ++p)
+    if (!errors[p].empty())
+      fail(transport.backend() == LOADPLAN_BACKEND_GLOO ? LOADPLAN_STATUS_IO_ERROR
+                                                        : LOADPLAN_STATUS_DEVICE_ERROR,
+           "rank ", p, roleOf(p), " could not be reached: ", errors[p]);
+  for (uint32_t p = 0; p < all.size(); ++p)
+    if (all[p].colocated != all[0].colocated)
+      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "rank ", p, roleOf(p),
+           all[p].colocated ? " asks for" : " does not ask for",
+           " a colocated transfer but rank 0", roleOf(0),
+           all[0].colocated ? " does" : " does not",
+           "; every rank gives the same");
+  if (!co)
+    return;
+  for (const Piece &piece : schedule.pieces) {
+    uint32_t s = schedule.senders[piece.sender].commRank,
+             r = schedule.receivers[piece.receiver].commRank;
+    const HostIdentity &a = all[s], &b = all[r];
+    if (std::memcmp(a.bootId, b.bootId, sizeof a.bootId) ||
+        a.pidNamespace != b.pidNamespace)
+      fail(LOADPLAN_STATUS_INVALID_ARGUMENT,
+           "a colocated transfer reads other ranks' memory, but rank ", s,
+           roleOf(s), " and rank ", r, roleOf(r),
+           std::memcmp(a.bootId, b.bootId, sizeof a.bootId)
+               ? " are not on one machine"
+               : " are not in one PID namespace");
+  }
 }
 
 void Engine::setUpProbe() {
   linkProbe = std::make_unique<Probe>();
   Probe &lp = *linkProbe;
+  if (co) {
+    lp.copyBytes = co->bytesFromOthers + co->bytesFromSelf;
+    uint64_t chunk = std::max<uint64_t>(1, std::min(lp.copyBytes, kProbeChunk));
+    lp.send.allocate(transport, chunk);
+    lp.recv.allocate(transport, chunk);
+    std::memset(lp.send.data, 1, chunk);
+    return;
+  }
   lp.sendBytes.assign(size_t(transport.size), 0);
   lp.recvBytes.assign(size_t(transport.size), 0);
   for (const Piece &p : schedule.pieces) {
@@ -187,11 +260,25 @@ void Engine::probe() {
   stats.probe_seconds = best;
 }
 
+double Engine::probeCopy() {
+  Probe &lp = *linkProbe;
+  auto begin = std::chrono::steady_clock::now();
+  for (uint64_t at = 0; at < lp.copyBytes; at += kProbeChunk)
+    transport.copy(lp.recv.data, lp.send.data,
+                   std::min(kProbeChunk, lp.copyBytes - at), nullptr);
+  transport.synchronize(nullptr);
+  stats.probe_bytes = lp.copyBytes;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
+      .count();
+}
+
 double Engine::probeOnce() {
   Probe &lp = *linkProbe;
   // Every rank starts together, as an update's rounds do after its
   // agreement.
   agree(std::nullopt, kProbe, schedule.checksum);
+  if (co)
+    return probeCopy();
   auto begin = std::chrono::steady_clock::now();
   std::vector<Op> ops;
   uint64_t bytes = 0;
@@ -258,6 +345,37 @@ void Engine::setUp(const loadplan_receiver_args_t *receiver,
     fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "rank ", me,
          " brings receiver arguments but is no receiver of the schedule");
   failRound = options.debug_fail_round;
+  if (options.colocated) {
+    if (transport.device().type != LOADPLAN_DEVICE_CPU)
+      fail(LOADPLAN_STATUS_UNAVAILABLE,
+           "colocated transfers read CPU shared memory; on GPUs (CUDA IPC) "
+           "they are not built yet");
+    co = std::make_unique<Colocated>();
+    co->mappers.resize(schedule.senders.size());
+    co->generations.assign(schedule.senders.size(), 0);
+    co->places.resize(schedule.senders.size());
+    co->holdingBytes.resize(schedule.senders.size());
+    for (uint32_t s = 0; s < schedule.senders.size(); ++s)
+      for (const Holding &h : schedule.senders[s].holdings)
+        co->holdingBytes[s].push_back(uint64_t(h.box.volume()) *
+                                      uint64_t(schedule.tensors[h.tensor].itemSize()));
+    std::vector<bool> toReceiver(schedule.receivers.size(), false),
+        fromSender(schedule.senders.size(), false);
+    for (const Piece &p : schedule.pieces) {
+      bool self = schedule.senders[p.sender].commRank ==
+                  schedule.receivers[p.receiver].commRank;
+      if (int64_t(p.sender) == senderIndex && !self)
+        toReceiver[p.receiver] = true;
+      if (int64_t(p.receiver) == receiverIndex && !self)
+        fromSender[p.sender] = true;
+    }
+    for (uint32_t r = 0; r < toReceiver.size(); ++r)
+      if (toReceiver[r])
+        co->receivers.push_back(schedule.receivers[r].commRank);
+    for (uint32_t s = 0; s < fromSender.size(); ++s)
+      if (fromSender[s])
+        co->senders.push_back(s);
+  }
   roundPieces.resize(schedule.numRounds);
   for (uint32_t i = 0; i < schedule.pieces.size(); ++i) {
     const Piece &p = schedule.pieces[i];
@@ -304,6 +422,8 @@ void Engine::setUpSender(uint32_t threads) {
   staging.stride = {1};
   plan.targets.push_back(staging);
   sends->entryOfPiece.assign(schedule.pieces.size(), -1);
+  if (co) // receivers read the holdings where they are: nothing to pack
+    return;
   std::vector<Part> parts(1);
   for (uint32_t i = 0; i < schedule.pieces.size(); ++i) {
     const Piece &p = schedule.pieces[i];
@@ -432,6 +552,22 @@ void Engine::setUpReceiver(const loadplan_receiver_args_t &args) {
   receives->destination.assign(schedule.pieces.size(), nullptr);
   std::vector<Part> parts;
   std::vector<uint64_t> stagedAt;
+  if (co) {
+    if (r.atomic) {
+      // Pieces are read into staging, as packing writes it.
+      Target staging;
+      staging.tensor = "<staging>";
+      staging.dtype = LOADPLAN_DTYPE_UINT8;
+      uint64_t bytes = std::max<uint64_t>(r.stagingBytes, 1);
+      staging.shape = {int64_t(bytes)};
+      staging.stride = {1};
+      co->plan.storageSizes = {bytes};
+      co->plan.targets.push_back(staging);
+    } else {
+      co->plan.storageSizes = scatter.storageSizes;
+      co->plan.targets = scatter.targets;
+    }
+  }
   for (uint32_t i = 0; i < schedule.pieces.size(); ++i) {
     const Piece &p = schedule.pieces[i];
     if (int64_t(p.receiver) != receiverIndex)
@@ -441,6 +577,47 @@ void Engine::setUpReceiver(const loadplan_receiver_args_t &args) {
     parts.clear();
     uint32_t target = 0;
     bool inPlace = landing.land(need, p.box, parts, target);
+    if (co && !parts.empty()) {
+      const Holding &h = schedule.senders[p.sender].holdings[p.holding];
+      bool self = schedule.senders[p.sender].commRank == me;
+      // What is read: the piece, or (FULL, not staged) only the boxes of
+      // it the plan writes.
+      uint64_t read = schedule.pieceBytes(p);
+      if (schedule.engine == LOADPLAN_ENGINE_FULL && !r.atomic) {
+        auto same = [](const Box &a, const Box &b) {
+          if (a.rank() != b.rank())
+            return false;
+          for (uint32_t k = 0; k < a.rank(); ++k)
+            if (a.lo[k] != b.lo[k] || a.hi[k] != b.hi[k])
+              return false;
+          return true;
+        };
+        read = 0;
+        for (size_t i = 0; i < parts.size(); ++i) {
+          bool again = false;
+          for (size_t j = 0; j < i && !again; ++j)
+            again = same(parts[j].box, parts[i].box);
+          if (!again)
+            read += uint64_t(parts[i].box.volume()) * uint64_t(t.itemSize());
+        }
+      }
+      (self ? co->bytesFromSelf : co->bytesFromOthers) += read;
+      std::vector<Part> from = parts;
+      if (r.atomic) {
+        from.resize(1);
+        from[0].box = p.box;
+        from[0].target = 0;
+        from[0].convertTo = 0;
+        from[0].region.shape = p.box.extents();
+        from[0].region.stride = contiguousStrides(from[0].region.shape);
+        from[0].region.offset = int64_t(p.recvOffset) / t.itemSize();
+      }
+      for (Part &part : from)
+        part.box = relative(part.box, h.box);
+      co->all.push_back(addEntry(co->plan, t, h.box.extents(), from));
+      co->entrySender.push_back(p.sender);
+      co->entryHolding.push_back(p.holding);
+    }
     if (!(p.flags & LOADPLAN_PIECE_STAGED)) {
       if (!inPlace)
         fail(LOADPLAN_STATUS_INVALID_PLAN, "schedule piece ", i, " of ",
@@ -467,12 +644,18 @@ void Engine::setUpReceiver(const loadplan_receiver_args_t &args) {
     receives->all.push_back(uint32_t(receives->entryOfPiece[i]));
     stagedAt.push_back(p.recvOffset);
   }
-  if (r.stagingBytes)
+  if (r.stagingBytes && (!co || r.atomic))
     receives->staging.allocate(transport, r.stagingBytes);
   for (uint64_t offset : stagedAt)
     receives->entrySource.push_back(receives->staging.data + offset);
-  if (!scatter.entries.empty())
+  if (!scatter.entries.empty() && (!co || r.atomic))
     receives->executor = makeExecutor(scatter, bases, args.num_threads);
+  if (co && !co->plan.entries.empty()) {
+    co->entrySource.assign(co->plan.entries.size(), nullptr);
+    co->executor = makeExecutor(
+        co->plan, r.atomic ? std::vector<uint8_t *>{receives->staging.data} : bases,
+        args.num_threads);
+  }
 }
 
 void Engine::agree(const std::optional<StatusError> &local, uint64_t phase,
@@ -807,12 +990,24 @@ void Engine::update(const loadplan_held_tensor_t *held, size_t numHeld,
   std::optional<StatusError> local;
   try {
     checkHeld(held, numHeld);
+    if (co && sends) {
+      const Sender &x = schedule.senders[senderIndex];
+      if (co->exporter.resolve(sends->source, co->holdingBytes[senderIndex],
+                               [&](size_t h) {
+            return concat("held tensor ",
+                          quote(schedule.tensors[x.holdings[h].tensor].name));
+          }))
+        ++co->generation;
+    }
   } catch (const StatusError &e) {
     local = e;
   }
   try {
     agree(local, kValidate, sequence);
-    runRounds(stream, local);
+    if (co)
+      runColocated(stream, local);
+    else
+      runRounds(stream, local);
     agree(local, kCommit, sequence);
     if (receives && receives->atomic && receives->executor) {
       scatter(receives->all, stream);
@@ -820,12 +1015,131 @@ void Engine::update(const loadplan_held_tensor_t *held, size_t numHeld,
     }
   } catch (...) {
     ++failedUpdates;
+    if (co) {
+      // A sender may be gone, or a receiver lack a table: every receiver
+      // unmaps what it mapped, and every sender sends its table again.
+      co->acked = 0;
+      for (SharedMapper &m : co->mappers)
+        m.release();
+      std::fill(co->generations.begin(), co->generations.end(), 0);
+      stats.mappings = 0;
+    }
     throw;
   }
+  if (co)
+    co->acked = co->generation;
   ++stats.updates;
   stats.seconds = std::chrono::duration<double>(
                       std::chrono::steady_clock::now() - start)
                       .count();
+}
+
+void Engine::runColocated(void *stream, std::optional<StatusError> &local) {
+  Colocated &c = *co;
+  auto keep = [&](const StatusError &e) {
+    if (!local)
+      local = e;
+  };
+  // First a header to each receiver this sender has pieces for: the
+  // table's generation and size, and whether the table follows (it does
+  // only when that receiver may not have it).
+  struct Header {
+    uint64_t generation, bytes;
+    uint32_t follows, pad;
+  };
+  bool sending = sends && !c.receivers.empty();
+  Header out{c.generation, sending ? c.exporter.tableBytes().size() : 0,
+             sending && c.acked != c.generation, 0};
+  std::vector<Header> in(c.senders.size());
+  std::vector<Op> ops;
+  uint64_t tag = kAgreementTag - 3; // and the tables: tag + 1 (below kWatchTag)
+  if (sends)
+    for (uint32_t peer : c.receivers)
+      ops.push_back({true, int(peer), &out, sizeof out, tag});
+  for (size_t k = 0; k < c.senders.size(); ++k)
+    ops.push_back({false, int(schedule.senders[c.senders[k]].commRank), &in[k],
+                   sizeof(Header), tag});
+  auto run = [&](const std::vector<Op> &batch) {
+    try {
+      transport.run(batch, stream);
+      for (const Op &op : batch)
+        ++(op.send ? stats.messages_sent : stats.messages_received);
+      return true;
+    } catch (const StatusError &e) {
+      keep(e);
+      return false;
+    }
+  };
+  if (!run(ops))
+    return;
+  ops.clear();
+  std::vector<std::vector<uint8_t>> tables(c.senders.size());
+  if (out.follows)
+    for (uint32_t peer : c.receivers)
+      ops.push_back({true, int(peer),
+                     const_cast<uint8_t *>(c.exporter.tableBytes().data()),
+                     c.exporter.tableBytes().size(), tag + 1});
+  for (size_t k = 0; k < c.senders.size(); ++k) {
+    if (!in[k].follows)
+      continue;
+    if (in[k].bytes > (uint64_t(1) << 32)) {
+      keep(StatusError(LOADPLAN_STATUS_INVALID_ARGUMENT,
+                       concat(senderLabel(schedule, c.senders[k]),
+                              " announces a shared-memory table of ",
+                              in[k].bytes, " bytes")));
+      return; // its bytes are not received: the transfer is out of step
+    }
+    tables[k].resize(in[k].bytes);
+    ops.push_back({false, int(schedule.senders[c.senders[k]].commRank),
+                   tables[k].data(), tables[k].size(), tag + 1});
+  }
+  if (!run(ops))
+    return;
+  if (!receives)
+    return;
+  try {
+    for (size_t k = 0; k < c.senders.size(); ++k) {
+      uint32_t s = c.senders[k];
+      std::string who = senderLabel(schedule, s);
+      if (in[k].follows) {
+        SharedTable table = SharedTable::parse(tables[k].data(), tables[k].size(),
+                                               c.holdingBytes[s].size(), who);
+        c.mappers[s].map(table, c.holdingBytes[s], who, c.places[s]);
+        c.generations[s] = in[k].generation;
+      } else if (c.generations[s] != in[k].generation || !in[k].generation) {
+        fail(LOADPLAN_STATUS_INTERNAL, who, " sent no table of generation ",
+             in[k].generation, " and this rank holds generation ",
+             c.generations[s]);
+      }
+    }
+    if (senderIndex >= 0)
+      c.places[senderIndex] = sends->source;
+    if (local || !c.executor)
+      return;
+    for (size_t e = 0; e < c.entrySource.size(); ++e)
+      c.entrySource[e] = c.places[c.entrySender[e]][c.entryHolding[e]];
+    if (failRound >= 0) {
+      failRound = -1;
+      fail(LOADPLAN_STATUS_INTERNAL,
+           "debug_fail_round: this rank failed on purpose before its copies");
+    }
+    std::vector<const uint8_t *> noBoxes(c.plan.numBoxes, nullptr);
+    Batch batch{SourceForm::Tensor, c.all.data(), c.all.size(),
+                c.entrySource.data(), noBoxes.data(), describeEntry, &c.plan};
+    c.executor->checkSources(batch);
+    c.executor->run(batch, stream);
+    transport.synchronize(stream);
+    stats.rounds = 1;
+    stats.bytes_received = c.bytesFromOthers;
+    stats.bytes_local = c.bytesFromSelf;
+    (receives->atomic ? stats.bytes_staged : stats.bytes_in_place) =
+        c.bytesFromOthers + c.bytesFromSelf;
+  } catch (const StatusError &e) {
+    keep(e);
+  }
+  stats.mappings = 0;
+  for (SharedMapper &m : c.mappers)
+    stats.mappings += m.count();
 }
 
 void Engine::failUpdate(const StatusError &error) {

@@ -58,6 +58,7 @@ private:
   struct Sends;
   struct Receives;
   struct Probe;
+  struct Colocated;
 
   void setUp(const loadplan_receiver_args_t *receiver,
              const loadplan_transfer_options_t &options);
@@ -65,6 +66,16 @@ private:
   void setUpReceiver(const loadplan_receiver_args_t &args);
   /// Sizes and allocates the link probe's scratch memory.
   void setUpProbe();
+  /// Colocated: the plan copying each piece from its sender's memory.
+  void setUpColocated(const Plan &targets, const std::vector<uint8_t *> &bases,
+                      uint32_t threads);
+  /// Collective, at creation: every rank's mode and machine; throws when
+  /// they do not fit.
+  void checkHosts();
+  /// Colocated: the tables, the mappings and the copies.
+  void runColocated(void *stream, std::optional<StatusError> &local);
+  /// Colocated: one timed memcpy of this rank's bytes.
+  double probeCopy();
   /// Collective: times the link probe (loadplan_transfer_stats_t).
   void probe();
   /// Collective: one run of the probe; its seconds.
@@ -100,6 +111,7 @@ private:
   std::unique_ptr<Sends> sends;
   std::unique_ptr<Receives> receives;
   std::unique_ptr<Probe> linkProbe;
+  std::unique_ptr<Colocated> co;
   /// Per round: this rank's pieces (as sender or receiver), in order.
   std::vector<std::vector<uint32_t>> roundPieces;
 };

@@ -1,0 +1,379 @@
+//===- SharedMemory.cpp - Colocated transfers: other ranks' memory -------===//
+//
+// A table travels as bytes, native-endian (both ends are on one machine):
+//   u32 magic "LPSH", u32 pid, u32 regions, u32 places,
+//   regions x { i32 fd, u32 0, u64 dev, u64 ino, u64 size },
+//   places  x { u32 region (kNoRegion: an empty tensor), u32 0, u64 offset }.
+//
+//===----------------------------------------------------------------------===//
+
+#include "SharedMemory.h"
+#include "../Status.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <fstream>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+using namespace loadplan;
+using namespace loadplan::transfer;
+
+namespace {
+
+constexpr uint32_t kMagic = 0x4853504cu; // "LPSH"
+constexpr uint32_t kNoRegion = 0xffffffffu;
+constexpr size_t kHeader = 16, kRegion = 32, kPlace = 16;
+
+/// Where an empty tensor's bytes are: nowhere, but not NULL.
+const uint8_t kEmpty[1] = {0};
+
+/// A shared file mapping of this process (/proc/self/maps).
+struct MapLine {
+  uintptr_t start = 0, end = 0;
+  uint64_t pgoff = 0, dev = 0, ino = 0;
+  std::string path;
+};
+
+std::vector<MapLine> sharedMappings() {
+  std::vector<MapLine> out;
+  FILE *f = std::fopen("/proc/self/maps", "re");
+  if (!f)
+    fail(LOADPLAN_STATUS_IO_ERROR, "cannot read /proc/self/maps: ",
+         std::strerror(errno));
+  char line[4096];
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long long start, end, pgoff, ino;
+    unsigned major, minor;
+    char perms[8];
+    int pathAt = 0;
+    if (std::sscanf(line, "%llx-%llx %7s %llx %x:%x %llu %n", &start, &end,
+                    perms, &pgoff, &major, &minor, &ino, &pathAt) < 7)
+      continue;
+    if (perms[3] != 's' || ino == 0)
+      continue;
+    MapLine m;
+    m.start = uintptr_t(start);
+    m.end = uintptr_t(end);
+    m.pgoff = pgoff;
+    m.dev = uint64_t(makedev(major, minor));
+    m.ino = ino;
+    if (pathAt > 0) {
+      m.path = line + pathAt;
+      while (!m.path.empty() && (m.path.back() == '\n' || m.path.back() == ' '))
+        m.path.pop_back();
+    }
+    out.push_back(std::move(m));
+  }
+  std::fclose(f);
+  return out;
+}
+
+template <typename T> void put(std::vector<uint8_t> &out, T v) {
+  size_t at = out.size();
+  out.resize(at + sizeof v);
+  std::memcpy(out.data() + at, &v, sizeof v);
+}
+template <typename T> T get(const uint8_t *&p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  p += sizeof v;
+  return v;
+}
+
+} // namespace
+
+HostIdentity loadplan::transfer::hostIdentity(bool colocated) {
+  HostIdentity id;
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string text;
+  std::getline(boot, text);
+  std::memcpy(id.bootId, text.data(), std::min(text.size(), sizeof id.bootId - 1));
+  struct stat st;
+  if (::stat("/proc/self/ns/pid", &st) == 0)
+    id.pidNamespace = uint64_t(st.st_ino);
+  id.pid = uint32_t(::getpid());
+  id.colocated = colocated ? 1 : 0;
+  return id;
+}
+
+std::vector<uint8_t> SharedTable::bytes() const {
+  std::vector<uint8_t> out;
+  out.reserve(kHeader + regions.size() * kRegion + places.size() * kPlace);
+  put<uint32_t>(out, kMagic);
+  put<uint32_t>(out, pid);
+  put<uint32_t>(out, uint32_t(regions.size()));
+  put<uint32_t>(out, uint32_t(places.size()));
+  for (const Region &r : regions) {
+    put<int32_t>(out, r.fd);
+    put<uint32_t>(out, 0);
+    put<uint64_t>(out, r.dev);
+    put<uint64_t>(out, r.ino);
+    put<uint64_t>(out, r.size);
+  }
+  for (const Place &p : places) {
+    put<uint32_t>(out, p.region);
+    put<uint32_t>(out, 0);
+    put<uint64_t>(out, p.offset);
+  }
+  return out;
+}
+
+SharedTable SharedTable::parse(const uint8_t *data, size_t size,
+                               size_t numPlaces, const std::string &who) {
+  auto bad = [&](const std::string &why) {
+    fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "the shared-memory table of ", who,
+         " is not one: ", why);
+  };
+  if (size < kHeader)
+    bad(concat(size, " bytes"));
+  const uint8_t *p = data;
+  SharedTable t;
+  if (get<uint32_t>(p) != kMagic)
+    bad("its magic is wrong");
+  t.pid = get<uint32_t>(p);
+  uint32_t regions = get<uint32_t>(p), places = get<uint32_t>(p);
+  if (places != numPlaces)
+    bad(concat(places, " places for ", numPlaces, " holdings"));
+  if (size != kHeader + uint64_t(regions) * kRegion + uint64_t(places) * kPlace)
+    bad(concat(size, " bytes for ", regions, " regions and ", places, " places"));
+  t.regions.resize(regions);
+  for (Region &r : t.regions) {
+    r.fd = get<int32_t>(p);
+    p += 4;
+    r.dev = get<uint64_t>(p);
+    r.ino = get<uint64_t>(p);
+    r.size = get<uint64_t>(p);
+  }
+  t.places.resize(places);
+  for (Place &pl : t.places) {
+    pl.region = get<uint32_t>(p);
+    p += 4;
+    pl.offset = get<uint64_t>(p);
+    if (pl.region != kNoRegion && pl.region >= regions)
+      bad(concat("a place names region ", pl.region, " of ", regions));
+  }
+  return t;
+}
+
+SharedExporter::~SharedExporter() {
+  for (auto &[key, fd] : fds)
+    ::close(fd);
+}
+
+bool SharedExporter::resolve(const std::vector<const uint8_t *> &data,
+                             const std::vector<uint64_t> &bytes,
+                             const std::function<std::string(size_t)> &what) {
+  std::vector<MapLine> maps = sharedMappings();
+  SharedTable table;
+  table.pid = uint32_t(::getpid());
+  table.places.resize(data.size());
+  std::map<std::pair<uint64_t, uint64_t>, uint32_t> regionOf;
+  std::vector<const MapLine *> regionLine;
+  for (size_t i = 0; i < data.size(); ++i) {
+    if (!bytes[i]) {
+      table.places[i] = {kNoRegion, 0};
+      continue;
+    }
+    uintptr_t at = reinterpret_cast<uintptr_t>(data[i]);
+    auto it = std::upper_bound(maps.begin(), maps.end(), at,
+                               [](uintptr_t a, const MapLine &m) { return a < m.start; });
+    if (it == maps.begin() || at >= std::prev(it)->end)
+      fail(LOADPLAN_STATUS_INVALID_UPDATE, what(i),
+           " is not in shared memory: a colocated transfer reads a sender's "
+           "tensors where they are, so they must live in a shared file "
+           "mapping (torch: tensor.share_memory_(), or "
+           "loadplan.transfer.share_memory(tensors) once before the first "
+           "update)");
+    const MapLine &m = *std::prev(it);
+    // The bytes may run on through mappings of the same file that follow.
+    uintptr_t end = at + bytes[i];
+    for (auto next = it; end > std::prev(next)->end; ++next)
+      if (next == maps.end() || next->start != std::prev(next)->end ||
+          next->ino != m.ino || next->dev != m.dev ||
+          next->pgoff != std::prev(next)->pgoff +
+                             (std::prev(next)->end - std::prev(next)->start))
+        fail(LOADPLAN_STATUS_INVALID_UPDATE, what(i),
+             " runs past the end of the shared mapping it starts in");
+    auto key = std::make_pair(m.dev, m.ino);
+    auto [r, added] = regionOf.emplace(key, uint32_t(table.regions.size()));
+    if (added) {
+      SharedTable::Region region;
+      region.dev = m.dev;
+      region.ino = m.ino;
+      table.regions.push_back(region);
+      regionLine.push_back(&m);
+    }
+    table.places[i] = {r->second, m.pgoff + (at - m.start)};
+  }
+
+  // A descriptor of each file, opened once and kept while tables name it.
+  bool scanned = false;
+  std::map<std::pair<uint64_t, uint64_t>, int> open;
+  for (size_t k = 0; k < table.regions.size(); ++k) {
+    SharedTable::Region &region = table.regions[k];
+    auto key = std::make_pair(region.dev, region.ino);
+    auto known = fds.find(key);
+    if (known == fds.end()) {
+      if (!scanned) {
+        scanned = true;
+        if (DIR *dir = ::opendir("/proc/self/fd")) {
+          int self = ::dirfd(dir);
+          while (dirent *e = ::readdir(dir)) {
+            int fd = std::atoi(e->d_name);
+            struct stat st;
+            if (e->d_name[0] == '.' || fd == self || ::fstat(fd, &st) != 0)
+              continue;
+            open.emplace(std::make_pair(uint64_t(st.st_dev), uint64_t(st.st_ino)),
+                         fd);
+          }
+          ::closedir(dir);
+        }
+      }
+      int fd = -1;
+      if (auto o = open.find(key); o != open.end())
+        fd = ::fcntl(o->second, F_DUPFD_CLOEXEC, 0);
+      const std::string &path = regionLine[k]->path;
+      if (fd < 0 && !path.empty() && path[0] == '/' &&
+          path.find(" (deleted)") == std::string::npos) {
+        fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (fd >= 0 && (::fstat(fd, &st) != 0 || uint64_t(st.st_dev) != key.first ||
+                        uint64_t(st.st_ino) != key.second)) {
+          ::close(fd);
+          fd = -1;
+        }
+      }
+      if (fd < 0)
+        fail(LOADPLAN_STATUS_INVALID_UPDATE, "the shared mapping of ",
+             path.empty() ? std::string("a file") : quote(path),
+             " that holds ",
+             what(size_t(std::find_if(table.places.begin(), table.places.end(),
+                                      [&](const SharedTable::Place &p) {
+                                        return p.region == k;
+                                      }) -
+                         table.places.begin())),
+             " has no open descriptor in this process and no name to open: "
+             "other processes cannot map it");
+      known = fds.emplace(key, fd).first;
+    }
+    region.fd = known->second;
+    struct stat st;
+    if (::fstat(region.fd, &st) != 0)
+      fail(LOADPLAN_STATUS_IO_ERROR, "fstat of a shared file: ",
+           std::strerror(errno));
+    region.size = uint64_t(st.st_size);
+  }
+  // Descriptors no table names any more.
+  for (auto it = fds.begin(); it != fds.end();) {
+    if (regionOf.count(it->first)) {
+      ++it;
+      continue;
+    }
+    ::close(it->second);
+    it = fds.erase(it);
+  }
+  for (size_t i = 0; i < table.places.size(); ++i) {
+    const SharedTable::Place &p = table.places[i];
+    if (p.region != kNoRegion && p.offset + bytes[i] > table.regions[p.region].size)
+      fail(LOADPLAN_STATUS_INVALID_UPDATE, what(i),
+           " lies past the end of its shared file");
+  }
+  std::vector<uint8_t> out = table.bytes();
+  bool changed = out != currentBytes;
+  current = std::move(table);
+  currentBytes = std::move(out);
+  return changed;
+}
+
+SharedMapper::SharedMapper(SharedMapper &&other) noexcept
+    : maps(std::move(other.maps)) {
+  other.maps.clear();
+}
+
+SharedMapper::~SharedMapper() { release(); }
+
+void SharedMapper::release() {
+  for (auto &[key, m] : maps)
+    if (m.data)
+      ::munmap(m.data, m.size);
+  maps.clear();
+}
+
+void SharedMapper::map(const SharedTable &table, const std::vector<uint64_t> &bytes,
+                       const std::string &who, std::vector<const uint8_t *> &out) {
+  std::map<Key, Mapping> next;
+  std::vector<const uint8_t *> base(table.regions.size(), nullptr);
+  std::vector<uint64_t> size(table.regions.size(), 0);
+  try {
+    for (size_t k = 0; k < table.regions.size(); ++k) {
+      const SharedTable::Region &r = table.regions[k];
+      Key key{table.pid, r.fd, r.dev, r.ino, r.size};
+      auto have = maps.find(key);
+      if (have != maps.end()) {
+        next.emplace(key, have->second);
+        maps.erase(have);
+      } else if (!next.count(key)) {
+        std::string path = concat("/proc/", table.pid, "/fd/", r.fd);
+        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+          fail(LOADPLAN_STATUS_IO_ERROR, "cannot open the shared memory of ",
+               who, " (", path, "): ", std::strerror(errno),
+               "; colocated ranks must run on one machine, as one user");
+        struct stat st;
+        if (::fstat(fd, &st) != 0 || uint64_t(st.st_dev) != r.dev ||
+            uint64_t(st.st_ino) != r.ino || uint64_t(st.st_size) < r.size) {
+          ::close(fd);
+          fail(LOADPLAN_STATUS_IO_ERROR, path, " is not the shared file ", who,
+               " names (device, inode or size differ): the sender changed its "
+               "buffers meanwhile, or the ranks are not in one PID namespace");
+        }
+        Mapping m;
+        m.size = r.size;
+        if (r.size) {
+          m.data = ::mmap(nullptr, r.size, PROT_READ, MAP_SHARED, fd, 0);
+          if (m.data == MAP_FAILED) {
+            int error = errno;
+            ::close(fd);
+            fail(LOADPLAN_STATUS_IO_ERROR, "cannot map the shared memory of ",
+                 who, " (", path, ", ", r.size, " bytes): ", std::strerror(error));
+          }
+        }
+        ::close(fd);
+        next.emplace(key, m);
+      }
+      const Mapping &m = next.at(key);
+      base[k] = static_cast<const uint8_t *>(m.data);
+      size[k] = m.size;
+    }
+  } catch (...) {
+    // Keep what is mapped for the next try; nothing is lost.
+    for (auto &kv : next)
+      maps.insert(kv);
+    throw;
+  }
+  release(); // what the table no longer names
+  maps = std::move(next);
+  out.assign(table.places.size(), nullptr);
+  for (size_t i = 0; i < table.places.size(); ++i) {
+    const SharedTable::Place &p = table.places[i];
+    if (p.region == kNoRegion) {
+      if (bytes[i])
+        fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "the shared-memory table of ",
+             who, " places holding ", i, " (", bytes[i], " bytes) nowhere");
+      out[i] = kEmpty;
+      continue;
+    }
+    if (p.offset > size[p.region] || bytes[i] > size[p.region] - p.offset)
+      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "the shared-memory table of ",
+           who, " places holding ", i, " (", bytes[i], " bytes) at ", p.offset,
+           " of a file of ", size[p.region], " bytes");
+    out[i] = base[p.region] + p.offset;
+  }
+}

@@ -1,0 +1,114 @@
+//===- SharedMemory.h - Colocated transfers: other ranks' memory -*- C++ -*-===//
+//
+// A colocated update reads a sender's tensors where they are, in the
+// sender's shared memory, instead of sending them. The sender finds, for
+// each tensor it holds, the shared file mapping its bytes lie in (its own
+// /proc/self/maps) and an open descriptor of that file; it tells each
+// receiver a table of them. A receiver opens each file through
+// /proc/<pid>/fd/<fd>, checks it is the same file (device and inode),
+// maps it read-only and copies from it. Mappings are kept across updates
+// and released when a table no longer names them, or with the receiver.
+//
+// CPU memory only: a CUDA tensor's memory is shared through CUDA IPC,
+// which this does not do.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LOADPLAN_RUNTIME_TRANSFER_SHAREDMEMORY_H
+#define LOADPLAN_RUNTIME_TRANSFER_SHAREDMEMORY_H
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace loadplan::transfer {
+
+/// What identifies this process's machine and PID namespace: ranks whose
+/// identities differ cannot open each other's descriptors.
+struct HostIdentity {
+  char bootId[40] = {};
+  uint64_t pidNamespace = 0;
+  uint32_t pid = 0;
+  uint32_t colocated = 0;
+};
+HostIdentity hostIdentity(bool colocated);
+
+/// A sender's table: where each of its holdings lies (serialized as bytes
+/// for its receivers; see SharedMemory.cpp for the layout).
+struct SharedTable {
+  struct Region {
+    int32_t fd = -1;
+    uint64_t dev = 0, ino = 0, size = 0;
+  };
+  struct Place {
+    uint32_t region = 0;
+    uint64_t offset = 0;
+  };
+  uint32_t pid = 0;
+  std::vector<Region> regions;
+  std::vector<Place> places;
+
+  std::vector<uint8_t> bytes() const;
+  /// Throws INVALID_ARGUMENT (naming `who`) when `data` is not a table
+  /// of `numPlaces` places.
+  static SharedTable parse(const uint8_t *data, size_t size, size_t numPlaces,
+                           const std::string &who);
+};
+
+/// The sender's side: finds the shared mappings of its tensors.
+class SharedExporter {
+public:
+  ~SharedExporter();
+
+  /// The table for `data[i]` (of `bytes[i]` bytes) each; throws
+  /// INVALID_UPDATE naming `what(i)` for memory that is not in a shared
+  /// file mapping. Returns whether the table differs from the last one.
+  bool resolve(const std::vector<const uint8_t *> &data,
+               const std::vector<uint64_t> &bytes,
+               const std::function<std::string(size_t)> &what);
+
+  const SharedTable &table() const { return current; }
+  const std::vector<uint8_t> &tableBytes() const { return currentBytes; }
+
+private:
+  SharedTable current;
+  std::vector<uint8_t> currentBytes;
+  /// Descriptors this exporter opened (duplicated), by (dev, ino).
+  std::map<std::pair<uint64_t, uint64_t>, int> fds;
+};
+
+/// The receiver's side: one sender's mappings.
+class SharedMapper {
+public:
+  SharedMapper() = default;
+  SharedMapper(const SharedMapper &) = delete;
+  SharedMapper &operator=(const SharedMapper &) = delete;
+  SharedMapper(SharedMapper &&other) noexcept;
+  ~SharedMapper();
+
+  /// Maps what `table` names (keeping mappings it named before), unmaps
+  /// the rest, and returns per place its address here; throws naming
+  /// `who` when a file cannot be opened or is not the one named, or a
+  /// place of `bytes[i]` bytes lies past its file's end.
+  void map(const SharedTable &table, const std::vector<uint64_t> &bytes,
+           const std::string &who, std::vector<const uint8_t *> &out);
+  /// Unmaps everything.
+  void release();
+  size_t count() const { return maps.size(); }
+
+private:
+  struct Mapping {
+    void *data = nullptr;
+    uint64_t size = 0;
+  };
+  /// By (pid, fd, dev, ino, size).
+  using Key = std::tuple<uint32_t, int32_t, uint64_t, uint64_t, uint64_t>;
+  std::map<Key, Mapping> maps;
+};
+
+} // namespace loadplan::transfer
+
+#endif // LOADPLAN_RUNTIME_TRANSFER_SHAREDMEMORY_H
