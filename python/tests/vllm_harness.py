@@ -84,6 +84,10 @@ class Spec:
     # The session's transport (TrainerInfo.transport): None picks by the
     # device; "ipc": the workers read the trainer's shared memory.
     transport: str | None = None
+    # The trainer's source keeps its tensors and writes each round's values
+    # into them, as an optimizer updates parameters in place (otherwise it
+    # makes new tensors every round).
+    source_in_place: bool = False
 
 
 def metadata(spec: Spec, variant: str | None = None):
@@ -179,6 +183,13 @@ def make_source(spec: Spec, rank: int, variant: str | None = None):
             """Makes the round's tensors now, as a trainer holds its weights
             before it sends them (so that timing a send times the send)."""
             self.round = round_
+            if spec.source_in_place and self._made:
+                # As an optimizer step: the same tensors, new values.
+                for m in self.metadata:
+                    if m.name in self._made:
+                        self._made[m.name].copy_(
+                            round_tensor(m.name, m.shape, m.dtype, spec.seed, round_))
+                return
             self._made = {m.name: round_tensor(m.name, m.shape, m.dtype, spec.seed, round_)
                           for m in self.metadata if m.owners is None or rank in m.owners}
 

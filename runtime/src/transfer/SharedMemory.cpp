@@ -163,8 +163,9 @@ SharedTable SharedTable::parse(const uint8_t *data, size_t size,
 }
 
 SharedExporter::~SharedExporter() {
-  for (auto &[key, fd] : fds)
-    ::close(fd);
+  for (auto &[key, d] : fds)
+    if (d.owned)
+      ::close(d.fd);
 }
 
 bool SharedExporter::resolve(const std::vector<const uint8_t *> &data,
@@ -213,13 +214,24 @@ bool SharedExporter::resolve(const std::vector<const uint8_t *> &data,
     table.places[i] = {r->second, m.pgoff + (at - m.start)};
   }
 
-  // A descriptor of each file, opened once and kept while tables name it.
+  // A descriptor of each file: the one the process holds (torch keeps one
+  // per shared storage), or one opened here by the file's name. Checked on
+  // every update: a descriptor closed and its number reused is found again.
   bool scanned = false;
   std::map<std::pair<uint64_t, uint64_t>, int> open;
   for (size_t k = 0; k < table.regions.size(); ++k) {
     SharedTable::Region &region = table.regions[k];
     auto key = std::make_pair(region.dev, region.ino);
+    struct stat st;
     auto known = fds.find(key);
+    if (known != fds.end() &&
+        (::fstat(known->second.fd, &st) != 0 || uint64_t(st.st_dev) != key.first ||
+         uint64_t(st.st_ino) != key.second)) {
+      if (known->second.owned)
+        ::close(known->second.fd);
+      fds.erase(known);
+      known = fds.end();
+    }
     if (known == fds.end()) {
       if (!scanned) {
         scanned = true;
@@ -227,33 +239,35 @@ bool SharedExporter::resolve(const std::vector<const uint8_t *> &data,
           int self = ::dirfd(dir);
           while (dirent *e = ::readdir(dir)) {
             int fd = std::atoi(e->d_name);
-            struct stat st;
-            if (e->d_name[0] == '.' || fd == self || ::fstat(fd, &st) != 0)
+            struct stat fst;
+            if (e->d_name[0] == '.' || fd == self || ::fstat(fd, &fst) != 0)
               continue;
-            open.emplace(std::make_pair(uint64_t(st.st_dev), uint64_t(st.st_ino)),
-                         fd);
+            open.emplace(std::make_pair(uint64_t(fst.st_dev), uint64_t(fst.st_ino)), fd);
           }
           ::closedir(dir);
         }
       }
-      int fd = -1;
-      if (auto o = open.find(key); o != open.end())
-        fd = ::fcntl(o->second, F_DUPFD_CLOEXEC, 0);
+      Descriptor d;
       const std::string &path = regionLine[k]->path;
-      if (fd < 0 && !path.empty() && path[0] == '/' &&
-          path.find(" (deleted)") == std::string::npos) {
-        fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        struct stat st;
-        if (fd >= 0 && (::fstat(fd, &st) != 0 || uint64_t(st.st_dev) != key.first ||
-                        uint64_t(st.st_ino) != key.second)) {
-          ::close(fd);
-          fd = -1;
+      if (auto o = open.find(key); o != open.end()) {
+        d.fd = o->second;
+      } else if (!path.empty() && path[0] == '/' &&
+                 path.find(" (deleted)") == std::string::npos) {
+        d.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        d.owned = d.fd >= 0;
+        if (d.fd < 0 && errno == EMFILE)
+          fail(LOADPLAN_STATUS_IO_ERROR, "cannot open the shared file ", quote(path),
+               ": ", std::strerror(EMFILE),
+               " (raise the limit, ulimit -n, or hold fewer, larger buffers)");
+        if (d.fd >= 0 && (::fstat(d.fd, &st) != 0 || uint64_t(st.st_dev) != key.first ||
+                          uint64_t(st.st_ino) != key.second)) {
+          ::close(d.fd);
+          d.fd = -1;
         }
       }
-      if (fd < 0)
+      if (d.fd < 0)
         fail(LOADPLAN_STATUS_INVALID_UPDATE, "the shared mapping of ",
-             path.empty() ? std::string("a file") : quote(path),
-             " that holds ",
+             path.empty() ? std::string("a file") : quote(path), " that holds ",
              what(size_t(std::find_if(table.places.begin(), table.places.end(),
                                       [&](const SharedTable::Place &p) {
                                         return p.region == k;
@@ -261,13 +275,11 @@ bool SharedExporter::resolve(const std::vector<const uint8_t *> &data,
                          table.places.begin())),
              " has no open descriptor in this process and no name to open: "
              "other processes cannot map it");
-      known = fds.emplace(key, fd).first;
+      known = fds.emplace(key, d).first;
     }
-    region.fd = known->second;
-    struct stat st;
+    region.fd = known->second.fd;
     if (::fstat(region.fd, &st) != 0)
-      fail(LOADPLAN_STATUS_IO_ERROR, "fstat of a shared file: ",
-           std::strerror(errno));
+      fail(LOADPLAN_STATUS_IO_ERROR, "fstat of a shared file: ", std::strerror(errno));
     region.size = uint64_t(st.st_size);
   }
   // Descriptors no table names any more.
@@ -276,7 +288,8 @@ bool SharedExporter::resolve(const std::vector<const uint8_t *> &data,
       ++it;
       continue;
     }
-    ::close(it->second);
+    if (it->second.owned)
+      ::close(it->second.fd);
     it = fds.erase(it);
   }
   for (size_t i = 0; i < table.places.size(); ++i) {

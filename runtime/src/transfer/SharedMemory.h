@@ -76,8 +76,13 @@ public:
 private:
   SharedTable current;
   std::vector<uint8_t> currentBytes;
-  /// Descriptors this exporter opened (duplicated), by (dev, ino).
-  std::map<std::pair<uint64_t, uint64_t>, int> fds;
+  /// A descriptor of each file the table names, by (dev, ino): the
+  /// process's own, or one this exporter opened (owned).
+  struct Descriptor {
+    int fd = -1;
+    bool owned = false;
+  };
+  std::map<std::pair<uint64_t, uint64_t>, Descriptor> fds;
 };
 
 /// The receiver's side: one sender's mappings.
