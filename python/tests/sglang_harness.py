@@ -18,6 +18,7 @@ a second ``WeightUpdater``: ``begin_weight_update``,
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import traceback
 from types import SimpleNamespace
@@ -135,7 +136,9 @@ def worker_main(conn, trainer_conns, spec: h.Spec, tp_rank: int) -> None:
             if worker is None or worker.plan is None:
                 return None
             return {"how": worker.how, "report": worker.plan.report,
-                    "kinds": {n: e.kind for n, e in worker.plan.entries.items()}}
+                    "kinds": {n: e.kind for n, e in worker.plan.entries.items()},
+                    "stats": None if worker.last_stats is None
+                    else dataclasses.asdict(worker.last_stats)}
         if method == "time_reference":  # SGLang's own update of round `arg`, timed
             ws = h.weights(spec, arg)
             t0 = time.perf_counter()

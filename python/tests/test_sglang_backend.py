@@ -43,6 +43,12 @@ SCENARIOS = {
     "qwen3_moe-tp2-ep-fi-trtllm-bf16": dict(family="qwen3_moe", tp=2, engine="m_to_n",
                                             expert_parallel=True,
                                             sglang_moe_runner="flashinfer_trtllm"),
+    # Colocated (transport "ipc"): the workers read the trainer ranks'
+    # shared memory.
+    "qwen3-tp2-m_to_n-sharded-ipc": dict(family="qwen3", tp=2, trainers=2, engine="m_to_n",
+                                         sharded=True, transport="ipc"),
+    "qwen3_moe-tp2-ep-ipc": dict(family="qwen3_moe", tp=2, engine="m_to_n",
+                                 expert_parallel=True, transport="ipc"),
     # The engine serves the block-fp8 checkpoint; the trainer holds bf16
     # and its sender quantizes.
     "qwen3-fp8-from-bf16-trainer": dict(family="qwen3", tp=2, engine="sliced", fp8=True,
@@ -81,6 +87,12 @@ def test_updates_equal_sglangs_own(models, tmp_path, scenario):
             experts = 2 if cluster.spec.expert_parallel else 4
             layouts = cluster.workers("moe_layouts")
             assert all(lay == [(True, (experts, 1, 256, 64))] for lay in layouts), layouts
+        if cluster.spec.transport == "ipc":
+            # Read in place: a header and a table from each trainer rank.
+            for plan in cluster.workers("plan"):
+                stats = plan["stats"]
+                assert stats["mappings"] > 0 and stats["bytes_received"] > 0, stats
+                assert stats["messages_received"] <= 2 * cluster.spec.trainers, stats
     finally:
         cluster.close()
 

@@ -124,6 +124,8 @@ class Worker:
         self._receiving = Receiving()
         self._plans_made = 0
         self._updates = 0
+        # The TransferStats of this rank's last update that succeeded.
+        self.last_stats = None
 
     # -- planning -----------------------------------------------------------
 
@@ -236,6 +238,7 @@ class Worker:
         # model's load_weights.
         _, stats = self._receiving.receive(endpoint, lambda: self._make_receiver(endpoint))
         self._updates += 1
+        self.last_stats = stats
         logger.info("load plan: worker rank %d update %d: %s", self.rank, self._updates,
                     stats.line())
 
