@@ -76,6 +76,8 @@ public:
 private:
   SharedTable current;
   std::vector<uint8_t> currentBytes;
+  /// The addresses `current` was made for.
+  std::vector<const uint8_t *> lastData;
   /// A descriptor of each file the table names, by (dev, ino): the
   /// process's own, or one this exporter opened (owned).
   struct Descriptor {
