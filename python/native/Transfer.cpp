@@ -647,6 +647,14 @@ void loadplan_python::defineTransfer(nb::module_ &m) {
       nb::arg("backend"),
       "Whether a backend code (BACKENDS) can run in this process.");
   m.def(
+      "nccl_library",
+      []() {
+        const char *path = nullptr;
+        checkTransfer(loadplan_nccl_library(&path));
+        return std::string(path);
+      },
+      "The path of the libnccl.so.2 the NCCL backend uses (no GPU needed).");
+  m.def(
       "nccl_unique_id",
       []() {
         uint8_t id[LOADPLAN_NCCL_UNIQUE_ID_BYTES];

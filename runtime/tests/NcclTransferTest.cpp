@@ -16,6 +16,12 @@
 
 #include <cuda_runtime.h>
 
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <thread>
 
 using namespace loadplan::testing;
@@ -248,6 +254,63 @@ TEST(NcclTransfer, UnavailableWithoutAGpuSaysWhy) {
   uint8_t id[LOADPLAN_NCCL_UNIQUE_ID_BYTES];
   EXPECT_TRUE(isError(loadplan_nccl_unique_id(id), LOADPLAN_STATUS_UNAVAILABLE,
                       "nccl: "));
+}
+
+/// Whether the dynamic linker finds a libnccl.so.2 at all on this machine.
+bool linkerFindsNccl() {
+  void *lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (lib)
+    dlclose(lib);
+  return lib != nullptr;
+}
+
+// NCCL's library is found and loaded without a GPU, and the runtime says
+// which file it uses.
+TEST(NcclTransfer, FindsItsLibraryWithoutAGpu) {
+  if (!linkerFindsNccl() && !std::getenv("LOADPLAN_NCCL_LIBRARY"))
+    GTEST_SKIP() << "no libnccl.so.2 on this machine";
+  const char *path = nullptr;
+  ASSERT_TRUE(isOk(loadplan_nccl_library(&path)));
+  ASSERT_NE(path, nullptr);
+  EXPECT_EQ(path[0], '/') << path;
+  EXPECT_NE(std::string(path).find("libnccl.so"), std::string::npos) << path;
+  struct stat info{};
+  EXPECT_EQ(stat(path, &info), 0) << path;
+  const char *again = nullptr;
+  ASSERT_TRUE(isOk(loadplan_nccl_library(&again)));
+  EXPECT_EQ(std::string(again), std::string(path));
+}
+
+// $LOADPLAN_NCCL_LIBRARY names the one file to load: a file that is not
+// there is an error naming it, not a quiet fall back to another NCCL. Each
+// case runs in a fresh process (the library loads once per process).
+TEST(NcclTransfer, TheEnvironmentNamesTheLibrary) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("LOADPLAN_NCCL_LIBRARY", "/nonexistent/libnccl.so.2", 1);
+        const char *path = nullptr;
+        loadplan_status_t status = loadplan_nccl_library(&path);
+        if (status)
+          std::fprintf(stderr, "%s\n", loadplan_status_message(status));
+        std::exit(status && loadplan_status_code(status) == LOADPLAN_STATUS_UNAVAILABLE
+                      ? 3
+                      : 0);
+      },
+      testing::ExitedWithCode(3), "LOADPLAN_NCCL_LIBRARY.*/nonexistent/libnccl.so.2");
+  if (!linkerFindsNccl())
+    return;
+  const char *found = nullptr;
+  ASSERT_TRUE(isOk(loadplan_nccl_library(&found)));
+  std::string expected = found;
+  EXPECT_EXIT(
+      {
+        setenv("LOADPLAN_NCCL_LIBRARY", expected.c_str(), 1);
+        const char *path = nullptr;
+        loadplan_status_t status = loadplan_nccl_library(&path);
+        std::exit(!status && path && expected == path ? 3 : 0);
+      },
+      testing::ExitedWithCode(3), "");
 }
 
 } // namespace

@@ -30,7 +30,7 @@ TEST(SharedLibrary, LoadsAndOpensAPlanByName) {
         "loadplan_apply_entries",
         "loadplan_plan_entry", "loadplan_plan_box", "loadplan_plan_report",
         "loadplan_plan_json", "loadplan_text_free",
-        "loadplan_cuda_device_count"})
+        "loadplan_cuda_device_count", "loadplan_nccl_library"})
     EXPECT_NE(dlsym(library, name), nullptr) << name;
   // C++ internals stay hidden.
   EXPECT_EQ(dlsym(library, "_ZN8loadplan9parsePlanEPKhm"), nullptr);

@@ -45,6 +45,7 @@ from .schedule import (
     ScheduleSummary,
     TransferError,
     backend_available,
+    nccl_library,
     shard_box,
 )
 
@@ -62,6 +63,7 @@ __all__ = [
     "backend_available",
     "fp8_block_scales",
     "free_port",
+    "nccl_library",
     "quantize_blocks",
     "quantized_metadata",
     "shard_box",

@@ -59,6 +59,15 @@ def backend_available(backend: str) -> bool:
     return _native.backend_available(backend_code(backend))
 
 
+def nccl_library() -> str:
+    """The path of the libnccl.so.2 the NCCL backend uses, loaded now if it
+    was not: ``$LOADPLAN_NCCL_LIBRARY`` when set, else the one torch loaded,
+    else the nvidia-nccl package beside loadplan, else the linker's search.
+    No GPU is needed. Raises TransferError saying where it looked when none
+    loads or the runtime was built without NCCL."""
+    return _native.nccl_library()
+
+
 def shard_box(shape: Sequence[int], dim: int, index: int, count: int) -> Box | None:
     """Part ``index`` of ``count`` of a tensor of ``shape`` cut along
     ``dim`` as ``torch.chunk`` cuts it; None when that part is empty."""

@@ -46,6 +46,14 @@ typedef enum loadplan_backend_t {
 LOADPLAN_API loadplan_status_t loadplan_backend_available(uint32_t backend,
                                                           int32_t *out_available);
 
+/* The path of the libnccl.so.2 the NCCL backend uses, loaded now if it was
+ * not (no GPU needed): $LOADPLAN_NCCL_LIBRARY when set, else the one already
+ * in the process (torch's), else the nvidia-nccl package beside loadplan's
+ * files in site-packages, else the dynamic linker's search. UNAVAILABLE,
+ * saying where it looked, when none loads or NCCL is not built in. The
+ * string lives as long as the process. */
+LOADPLAN_API loadplan_status_t loadplan_nccl_library(const char **out_path);
+
 /* "gloo", "nccl"; NULL for an unknown backend. */
 LOADPLAN_API const char *loadplan_backend_name(uint32_t backend);
 

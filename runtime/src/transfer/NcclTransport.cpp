@@ -1,8 +1,9 @@
 //===- NcclTransport.cpp - The CUDA transport over NCCL -----------*- C++ -*-===//
 //
 // Built with the CUDA toolkit and nccl.h; libnccl.so.2 is opened with dlopen
-// on first use (the one torch already loaded, if any, else the one found at
-// build time), so the runtime still loads on machines without NCCL. Every
+// on first use (the one torch already loaded, else the nvidia-nccl package
+// beside loadplan's own files, else the linker's search: ncclCandidates), so
+// the runtime still loads on machines without NCCL. Every
 // entry point asks cudaGetDeviceCount first, which fails cleanly without a
 // GPU. Sends and receives go in one ncclGroupStart/ncclGroupEnd on the
 // caller's stream; the wait polls the stream and the communicator's async
@@ -24,9 +25,13 @@
 #include <nccl.h>
 
 #include <dlfcn.h>
+#include <limits.h>
+#include <link.h>
+#include <unistd.h>
 #include <netinet/in.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -53,29 +58,93 @@ struct Nccl {
                        cudaStream_t);
 };
 
-/// Loads libnccl once; nullptr (and `why`) when it cannot.
-const Nccl *loadNccl(std::string &why) {
+/// Where libnccl.so.2 is looked for, in order; the first that loads is used.
+///  1. $LOADPLAN_NCCL_LIBRARY, when set: that file and no other.
+///  2. The one already in the process (torch's CUDA build loads the
+///     nvidia-nccl package's at import).
+///  3. The nvidia-nccl package beside this library, as pip installs it:
+///     <site-packages>/nvidia/nccl/lib, seen from loadplan/ (the Python
+///     module) or loadplan/lib/ (the runtime's library in the wheel).
+///  4. The dynamic linker's search (LD_LIBRARY_PATH, ld.so.cache).
+///  5. The one found at build time, for a build from source.
+std::vector<std::string> ncclCandidates() {
+  std::vector<std::string> found;
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void *>(&ncclCandidates), &self) && self.dli_fname) {
+    std::string dir = self.dli_fname;
+    size_t slash = dir.rfind('/');
+    dir = slash == std::string::npos ? "." : dir.substr(0, slash);
+    for (const char *up : {"/..", "/../.."})
+      found.push_back(dir + up + "/nvidia/nccl/lib/libnccl.so.2");
+  }
+  found.push_back("libnccl.so.2");
+#ifdef LOADPLAN_NCCL_LIBRARY
+  found.push_back(LOADPLAN_NCCL_LIBRARY);
+#endif
+  return found;
+}
+
+/// The path of a library dlopen returned.
+std::string loadedPath(void *lib, const std::string &fallback) {
+  struct link_map *map = nullptr;
+  if (dlinfo(lib, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name &&
+      *map->l_name) {
+    char real[PATH_MAX];
+    if (realpath(map->l_name, real))
+      return real;
+    return map->l_name;
+  }
+  return fallback;
+}
+
+/// Loads libnccl once; nullptr (and `why`) when it cannot. `path`: the file
+/// loaded.
+const Nccl *loadNccl(std::string &why, std::string *path = nullptr) {
   static std::once_flag once;
   static Nccl nccl;
   static const Nccl *loaded = nullptr;
-  static std::string error;
+  static std::string error, where;
   std::call_once(once, [] {
-    void *lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-#ifdef LOADPLAN_NCCL_LIBRARY
-    if (!lib)
-      lib = dlopen(LOADPLAN_NCCL_LIBRARY, RTLD_NOW | RTLD_LOCAL);
-#endif
+    void *lib = nullptr;
+    std::string tried;
+    auto open = [&](const std::string &file, int flags) {
+      if (lib)
+        return;
+      lib = dlopen(file.c_str(), flags);
+      if (lib) {
+        where = loadedPath(lib, file);
+      } else if (!(flags & RTLD_NOLOAD)) {
+        const char *e = dlerror();
+        tried += concat("\n  ", file, ": ", e ? e : "not found");
+      }
+    };
+    if (const char *env = std::getenv("LOADPLAN_NCCL_LIBRARY"); env && *env) {
+      open(env, RTLD_NOW | RTLD_LOCAL);
+      if (!lib) {
+        error = concat("cannot load LOADPLAN_NCCL_LIBRARY:", tried);
+        return;
+      }
+    }
+    open("libnccl.so.2", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    for (const std::string &file : ncclCandidates()) {
+      // A package path that does not exist is no news: only say what
+      // failed to load.
+      if (file.find('/') != std::string::npos && access(file.c_str(), F_OK) != 0)
+        continue;
+      open(file, RTLD_NOW | RTLD_LOCAL);
+    }
     if (!lib) {
-      const char *e = dlerror();
-      error = concat("cannot load libnccl.so.2: ", e ? e : "not found");
+      error = concat("cannot load libnccl.so.2 (set LOADPLAN_NCCL_LIBRARY, or "
+                     "install the nvidia-nccl package torch uses):",
+                     tried.empty() ? std::string(" not found") : tried);
       return;
     }
     bool ok = true;
     auto get = [&](auto &fn, const char *name) {
       fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-      if (!fn) {
+      if (!fn && ok) {
         ok = false;
-        error = concat("libnccl.so.2 lacks ", name);
+        error = concat(where, " lacks ", name);
       }
     };
     get(nccl.getUniqueId, "ncclGetUniqueId");
@@ -92,6 +161,8 @@ const Nccl *loadNccl(std::string &why) {
       loaded = &nccl;
   });
   why = error;
+  if (path)
+    *path = loaded ? where : std::string();
   return loaded;
 }
 
@@ -381,6 +452,13 @@ bool loadplan::transfer::ncclAvailable(std::string &why) {
     return false;
   }
   return true;
+}
+
+std::string loadplan::transfer::ncclLibrary() {
+  std::string why, path;
+  if (!loadNccl(why, &path))
+    fail(LOADPLAN_STATUS_UNAVAILABLE, "nccl: ", why);
+  return path;
 }
 
 void loadplan::transfer::makeNcclUniqueId(uint8_t out[LOADPLAN_NCCL_UNIQUE_ID_BYTES]) {
