@@ -97,14 +97,17 @@ std::string loadedPath(void *lib, const std::string &fallback) {
   return fallback;
 }
 
-/// Loads libnccl once; nullptr (and `why`) when it cannot. `path`: the file
-/// loaded.
-const Nccl *loadNccl(std::string &why, std::string *path = nullptr) {
+/// The file loadNccl loaded; written once, inside its call_once.
+std::string ncclPath;
+
+/// Loads libnccl once; nullptr (and `why`) when it cannot.
+const Nccl *loadNccl(std::string &why) {
   static std::once_flag once;
   static Nccl nccl;
   static const Nccl *loaded = nullptr;
-  static std::string error, where;
+  static std::string error;
   std::call_once(once, [] {
+    std::string &where = ncclPath;
     void *lib = nullptr;
     std::string tried;
     auto open = [&](const std::string &file, int flags) {
@@ -161,8 +164,6 @@ const Nccl *loadNccl(std::string &why, std::string *path = nullptr) {
       loaded = &nccl;
   });
   why = error;
-  if (path)
-    *path = loaded ? where : std::string();
   return loaded;
 }
 
@@ -454,11 +455,11 @@ bool loadplan::transfer::ncclAvailable(std::string &why) {
   return true;
 }
 
-std::string loadplan::transfer::ncclLibrary() {
-  std::string why, path;
-  if (!loadNccl(why, &path))
+const char *loadplan::transfer::ncclLibrary() {
+  std::string why;
+  if (!loadNccl(why))
     fail(LOADPLAN_STATUS_UNAVAILABLE, "nccl: ", why);
-  return path;
+  return ncclPath.c_str();
 }
 
 void loadplan::transfer::makeNcclUniqueId(uint8_t out[LOADPLAN_NCCL_UNIQUE_ID_BYTES]) {

@@ -142,8 +142,9 @@ std::unique_ptr<Transport> makeGlooTransport(int rank, int size,
 /// otherwise `why` says what is missing.
 bool ncclAvailable(std::string &why);
 /// The path of the libnccl.so.2 the transport uses, loading it if not yet
-/// loaded (no GPU needed); fails UNAVAILABLE saying where it looked.
-std::string ncclLibrary();
+/// loaded (no GPU needed), alive as long as the process; fails UNAVAILABLE
+/// saying where it looked.
+const char *ncclLibrary();
 void makeNcclUniqueId(uint8_t out[LOADPLAN_NCCL_UNIQUE_ID_BYTES]);
 std::unique_ptr<Transport> makeNcclTransport(int rank, int size,
                                              const uint8_t *id, int device,

@@ -9,8 +9,6 @@
 #include "../Status.h"
 
 #include <cstring>
-#include <mutex>
-#include <string>
 
 using namespace loadplan;
 using namespace loadplan::transfer;
@@ -69,14 +67,7 @@ loadplan_status_t loadplan_nccl_library(const char **out_path) {
     require(out_path, "out_path is NULL");
     *out_path = nullptr;
 #if LOADPLAN_HAVE_NCCL
-    // libnccl loads once, so the path never changes once found.
-    static std::mutex lock;
-    static std::string path;
-    std::string found = ncclLibrary();
-    std::lock_guard<std::mutex> hold(lock);
-    if (path.empty())
-      path = found;
-    *out_path = path.c_str();
+    *out_path = ncclLibrary();
 #else
     fail(LOADPLAN_STATUS_UNAVAILABLE, "this runtime was built without NCCL");
 #endif
