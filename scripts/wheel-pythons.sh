@@ -30,7 +30,7 @@ find_python() {
 # holds torch's nvidia-* packages (CUDA's libraries and NCCL).
 deps_site() {
   local pth
-  pth=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/loadplan-env.pth
+  pth=$(purelib .venv/bin/python)/loadplan-env.pth
   sed -n "s/.*addsitedir('\(.*\)').*/\1/p" "$pth"
 }
 
@@ -52,13 +52,18 @@ python_env() {
       rm -rf "$env"
       "$python" -m venv "$env"
       "$env/bin/python" -m pip install -q --no-deps -r python/requirements-wheel-python.txt >&2
-      site=$("$env/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+      site=$(purelib "$env/bin/python")
       ln -s "$deps/nvidia" "$site/nvidia"
       "$env/bin/python" -c "import torch" >&2
       touch "$env/.complete"
     fi
   ) 9>"$env.lock" || return 1
   echo "$env"
+}
+
+# purelib PYTHON: the site-packages folder of PYTHON's environment.
+purelib() {
+  "$1" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"
 }
 
 # python_tag PYTHON: cpXY.
