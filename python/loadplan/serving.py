@@ -89,6 +89,13 @@ def endpoint_name(session: str, epoch: int) -> str:
     return f"{session}.e{epoch}"
 
 
+def draft_session(session: str) -> str:
+    """The names of a session's updates of the engine's speculative draft
+    (its endpoints, epochs and plan versions): the draft has a plan and
+    endpoints of its own, beside the model's."""
+    return f"{session}.draft"
+
+
 def endpoint_session(name: str) -> str:
     """The session of the endpoints named ``name`` (``endpoint_name``'s)."""
     return name.rpartition(".e")[0]

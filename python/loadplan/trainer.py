@@ -26,6 +26,13 @@ The source is any object with
 vLLM's ``WeightSource`` is such a source. The client is vLLM's weight-sync
 client (``loadplan.vllm``) or ``loadplan.sglang.client.SGLangClient``.
 
+With ``draft``, each ``send_weights`` also updates the engine's
+speculative draft model (vLLM's MTP or EAGLE drafter) from the same
+source, as a second update that the client starts with
+``start_draft_weight_update``: the draft has its own plan and endpoints,
+and takes the names its loader reads (DeepSeek-V3's MTP layer, the shared
+embedding) from the same checkpoint.
+
 With ``quantize_fp8`` the trainer declares the matching weights as the fp8
 block-quantized checkpoint the engine serves (each weight as
 ``float8_e4m3fn`` and its ``_scale_inv`` scales) and its ``Sender``
@@ -51,6 +58,7 @@ from .plan import Box, ParamMeta
 from .serving import (
     WireParams,
     check_wire,
+    draft_session,
     endpoint_name,
     endpoint_transport,
     epoch_key,
@@ -199,6 +207,10 @@ class TrainerInfo(WireParams):
     while it sends (see transfer/quantize.py): the source yields neither
     the fp8 tensors nor the scales. Every block a rank holds of such a
     weight must be whole.
+
+    ``draft``: every update also goes to the engine's speculative draft
+    model, from the same source (see the module doc); the client must
+    have ``start_draft_weight_update``.
     """
 
     master_address: str
@@ -207,6 +219,7 @@ class TrainerInfo(WireParams):
     num_trainer_ranks: int = 1
     quantize_fp8: tuple[str, ...] = ()
     quantize_block: tuple[int, int] = (128, 128)
+    draft: bool = False
     rank: int = field(kw_only=True)
 
     def __post_init__(self) -> None:
@@ -232,6 +245,24 @@ class TrainerInfo(WireParams):
     def is_sender(self) -> bool:
         """Rank 0 serves the store and drives the workers."""
         return self.rank == 0
+
+
+@dataclass
+class _Target:
+    """What a trainer rank keeps of one update target of the engine (the
+    model, or its speculative draft): the names of its keys and endpoints
+    in the store, its Sender and the epoch it was made for, the epoch rank
+    0 chose last, the workers' plan versions it saw, the metadata the
+    workers last planned for, and its updates' count."""
+
+    session: str
+    draft: bool = False
+    sender: Sender | None = None
+    epoch: int = -1
+    last_epoch: int = -1
+    versions: list[str | None] | None = None
+    sent_meta: list | None = None
+    round: int = 0
 
 
 def _shared(pairs):
@@ -274,13 +305,11 @@ class Trainer:
         # second, not at the timeout.
         self.watch = Liveness(store, session, self.rank, init_info.world_size,
                               address=init_info.master_address, port=init_info.master_port)
-        self._sender: Sender | None = None
-        self._epoch = -1  # of the current sender
-        self._last_epoch = -1  # the last one rank 0 chose
-        self._versions: list[str | None] | None = None
-        self._sent_meta: list | None = None
+        # The model's update, and the draft's after it where asked.
+        self._targets = [_Target(session)]
+        if init_info.draft:
+            self._targets.append(_Target(draft_session(session), draft=True))
         self._made: tuple | None = None  # _checkpoint's
-        self._round = 0
         self._executor: ThreadPoolExecutor | None = None  # rank 0's call to the workers
         self._call = None  # its last call's future
 
@@ -296,6 +325,11 @@ class Trainer:
         if init_info.engine != "m_to_n" and not _implements(source, "iter_full"):
             raise TypeError(f"load plan: engine {init_info.engine!r} sends whole tensors, but "
                             f"{type(source).__name__} does not implement iter_full()")
+        if init_info.is_sender and init_info.draft and not callable(
+                getattr(client, "start_draft_weight_update", None)):
+            raise TypeError(f"load plan: draft=True updates the engine's draft model, which "
+                            f"the client starts with start_draft_weight_update(); "
+                            f"{type(client).__name__} has none")
         import torch.distributed as dist
 
         timeout = datetime.timedelta(seconds=init_info.timeout)
@@ -322,27 +356,28 @@ class Trainer:
 
     # -----------------------------------------------------------------------
 
-    def _worker_versions(self) -> list[str | None]:
-        """How many plans each worker has made (None: none yet)."""
+    def _worker_versions(self, target: _Target) -> list[str | None]:
+        """How many plans each worker has made for ``target`` (None: none
+        yet)."""
         out = []
         for rank in range(self.init_info.num_trainer_ranks, self.init_info.world_size):
-            key = plan_version_key(self.session, rank)
+            key = plan_version_key(target.session, rank)
             out.append(self.store.get(key).decode() if self.store.check([key]) else None)
         return out
 
-    def _agree_on_epoch(self, declaring: bool) -> int:
+    def _agree_on_epoch(self, target: _Target, declaring: bool) -> int:
         """Rank 0 decides whether this update needs new endpoints (none yet,
         the last update failed, a worker planned anew, or this update
         declares the checkpoint, which the workers plan for) and tells the
         others."""
-        key = epoch_key(self.session, self._round)
+        key = epoch_key(target.session, target.round)
         if self.is_sender:
-            versions = self._worker_versions()
-            epoch = self._last_epoch
-            if self._sender is None or versions != self._versions or declaring:
+            versions = self._worker_versions(target)
+            epoch = target.last_epoch
+            if target.sender is None or versions != target.versions or declaring:
                 epoch += 1
-            self._versions = versions
-            self._last_epoch = epoch
+            target.versions = versions
+            target.last_epoch = epoch
             self.store.set(key, str(epoch))
             return epoch
         self.store.wait([key], datetime.timedelta(seconds=self.init_info.timeout))
@@ -365,42 +400,44 @@ class Trainer:
         return quantized_metadata(metas, names, torch.float8_e4m3fn,
                                   self.init_info.quantize_block)
 
-    def _ensure_sender(self, epoch: int, declared: list[ParamMeta], quantize: dict[str, str],
-                       held: dict, device: torch.device) -> Sender:
-        if self._sender is not None and self._epoch == epoch:
-            return self._sender
-        self._drop_sender()
+    def _ensure_sender(self, target: _Target, epoch: int, declared: list[ParamMeta],
+                       quantize: dict[str, str], held: dict, device: torch.device) -> Sender:
+        if target.sender is not None and target.epoch == epoch:
+            return target.sender
+        self._drop_sender(target)
         info = self.init_info
         try:
             transport = endpoint_transport(info.transport, device)
         except ValueError as e:
-            self._refuse(epoch, e)
+            self._refuse(target, epoch, e)
         # A quantized weight's scales are held as the blocks of the weight
         # this rank holds (the Sender sets them).
-        self._sender = Sender(
+        target.sender = Sender(
             declared, holdings=held,
             rank=self.rank, world_size=info.world_size, num_senders=info.num_trainer_ranks,
             engine=info.engine, **transport,
             device=device if device.type == "cuda" else None, store=self.store,
-            name=endpoint_name(self.session, epoch), timeout=info.timeout,
+            name=endpoint_name(target.session, epoch), timeout=info.timeout,
             staging_cap=info.staging_cap, quantize=quantize,
             quantize_block=info.quantize_block, watch=self.watch)
-        self._epoch = epoch
-        return self._sender
+        target.epoch = epoch
+        return target.sender
 
-    def _refuse(self, epoch: int, error: Exception) -> None:
+    def _refuse(self, target: _Target, epoch: int, error: Exception) -> None:
         """Fails this update on every rank with ``error``, before any byte
         moves (over this epoch's endpoints, or in their set-up), then raises
         it."""
-        if self._sender is not None and self._epoch == epoch:
-            self._sender.fail(error)  # raises it
+        if target.sender is not None and target.epoch == epoch:
+            target.sender.fail(error)  # raises it
         info = self.init_info
         refuse(str(error), rank=self.rank, world_size=info.world_size, store=self.store,
-               name=endpoint_name(self.session, epoch), timeout=info.timeout, watch=self.watch)
+               name=endpoint_name(target.session, epoch), timeout=info.timeout,
+               watch=self.watch)
         raise error
 
-    def _drop_sender(self) -> None:
-        sender, self._sender = self._sender, None
+    @staticmethod
+    def _drop_sender(target: _Target) -> None:
+        sender, target.sender = target.sender, None
         if sender is not None:
             sender.close()
 
@@ -426,15 +463,24 @@ class Trainer:
         return self._executor
 
     def send_weights(self) -> None:
-        """One update, on every trainer rank: every worker's parameters are
-        the source's when it returns, or it raises (and so does every other
-        rank)."""
+        """One update, on every trainer rank: every worker's parameters
+        (with ``draft``, its draft model's too) are the source's when it
+        returns, or it raises (and so does every other rank). The draft's
+        update follows the model's: if it fails, the model has the new
+        weights and the draft the old until the next update."""
+        for target in self._targets:
+            self._send(target)
+
+    def _send(self, target: _Target) -> None:
+        """One update of ``target`` (the model, or its draft)."""
         meta = self.source.metadata
         declared, quantize, held = self._checkpoint(meta)
-        self._round += 1
-        declaring = meta is not self._sent_meta and meta != self._sent_meta
-        epoch = self._agree_on_epoch(declaring)
+        target.round += 1
+        declaring = meta is not target.sent_meta and meta != target.sent_meta
+        epoch = self._agree_on_epoch(target, declaring)
         update: dict = {"epoch": epoch, "names": [], "dtype_names": [], "shapes": []}
+        if target.draft:
+            update["draft"] = True
         if declaring:
             update.update(names=[m.name for m in declared],
                           dtype_names=[str(m.dtype).removeprefix("torch.") for m in declared],
@@ -442,7 +488,10 @@ class Trainer:
         future = None
         try:
             if self.is_sender:
-                self.client.start_weight_update()
+                if target.draft:
+                    self.client.start_draft_weight_update()
+                else:
+                    self.client.start_weight_update()
                 # The workers receive while every trainer rank sends.
                 future = self._call_thread().submit(self.client.update_weights, update)
                 self._call = future
@@ -454,11 +503,11 @@ class Trainer:
             try:
                 first = next(pairs, None)
             except Exception as e:
-                self._refuse(epoch, RuntimeError(
+                self._refuse(target, epoch, RuntimeError(
                     f"load plan: trainer rank {self.rank} could not read its tensors from "
                     f"{source}: {type(e).__name__}: {e}"))
             device = first[1].device if first is not None else torch.device("cpu")
-            sender = self._ensure_sender(epoch, declared, quantize, held, device)
+            sender = self._ensure_sender(target, epoch, declared, quantize, held, device)
             if self.init_info.transport == "ipc":
                 pairs = _shared(pairs)
                 first = first if first is None else next(_shared([first]))
@@ -467,7 +516,7 @@ class Trainer:
             sender.send(pairs if first is None else itertools.chain((first,), pairs),
                         source=source)
         except BaseException:
-            self._drop_sender()  # the next update makes new endpoints
+            self._drop_sender(target)  # the next update makes new endpoints
             if future is not None:
                 # The workers failed the same update: surface their error
                 # rather than wait for one that will not come.
@@ -481,14 +530,15 @@ class Trainer:
             try:
                 future.result(timeout=self.init_info.timeout)
             except BaseException:
-                self._drop_sender()
+                self._drop_sender(target)
                 raise
             self.client.finish_weight_update()
-        self._sent_meta = meta
+        target.sent_meta = meta
 
     def shutdown(self) -> None:
         """Closes this rank's endpoints."""
-        self._drop_sender()
+        for target in self._targets:
+            self._drop_sender(target)
         self.watch.close()
         executor, self._executor = self._executor, None
         if executor is not None:

@@ -71,3 +71,7 @@ def test_start_refuses_a_source_without_the_engines_mode():
         Trainer.start(TrainerInfo(**info), client=None, source=_FullOnly())
     with pytest.raises(ValueError, match="needs a weight source"):
         Trainer.start(TrainerInfo(**info, engine="sliced"), client=None)
+    # A draft model's update starts with the client's start_draft_weight_update.
+    with pytest.raises(TypeError, match=r"start_draft_weight_update\(\); NoneType has none"):
+        Trainer.start(TrainerInfo(**info, engine="sliced", draft=True), client=None,
+                      source=_FullOnly())

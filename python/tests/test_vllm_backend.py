@@ -145,6 +145,38 @@ def test_every_update_equals_a_fresh_load_and_vllms_own_reload(models, tmp_path,
             assert len(scales) == 2 * 7, sorted(plan["kinds"])
 
 
+def test_an_update_refreshes_the_mtp_draft_with_the_model(models, tmp_path):
+    # DeepSeek-V3 with its MTP layer run as vLLM's speculative draft model
+    # (DeepSeekMTP, its embedding and LM head the model's, as vLLM's
+    # proposer shares them). Each send_weights updates the model, then the
+    # draft (start_draft_weight_update): both equal a fresh load and vLLM's
+    # own reload of each, every update.
+    spec = _spec(models, tmp_path, family="deepseek_v3", model=dict(mtp=True), draft=True)
+    cluster = h.Cluster(spec)
+    try:
+        for round_ in (1, 2, 3):
+            _ok(cluster.update(round_))
+            _exact(cluster, round_)
+        [plan] = cluster.workers("plan")
+        [draft] = cluster.workers("plan", "draft")
+    finally:
+        cluster.close()
+    # Each has its own plan: the model's loader skips the MTP layer's
+    # names, the draft's takes only those and the embedding.
+    mtp = "model.layers.2."
+    assert all(k == "unneeded" for n, k in plan["kinds"].items() if n.startswith(mtp))
+    assert {n for n, k in draft["kinds"].items() if k != "unneeded"} == {
+        n for n in draft["kinds"] if n.startswith(mtp)} | {"model.embed_tokens.weight"}
+    # Both write the shared embedding, the model's and the MTP layer's
+    # copy: their order matters, so they go through the draft's loader.
+    assert {n for n, k in draft["kinds"].items() if k == "fallback"} == {
+        "model.embed_tokens.weight", mtp + "embed_tokens.weight"}
+    # The draft's MLA attention derives W_UK_T and W_UV, as the model's.
+    [attention] = draft["processed"]
+    assert attention.startswith(mtp + "mtp_block.self_attn.") and attention.endswith("mla_attn")
+    assert draft["stats"]["bytes_received"] > 0
+
+
 def test_a_trainer_shard_that_cuts_a_block_is_refused_on_every_rank(models, tmp_path):
     # Two trainer ranks holding row halves: k_proj's 128 rows split at 64.
     spec = _spec(models, tmp_path, family="qwen3", fp8=True, model=FP8_MODEL, trainers=2,
@@ -427,6 +459,41 @@ def test_init_infos_refuse_what_cannot_work():
             LoadplanTrainerInitInfo(**{**ok, **bad})
     with pytest.raises(ValueError, match="pair up"):
         LoadplanWeightTransferUpdateInfo(epoch=0, names=["a"], dtype_names=[], shapes=[])
+    with pytest.raises(ValueError, match="draft must be a bool"):
+        LoadplanWeightTransferUpdateInfo(epoch=0, draft="yes")
+
+
+def test_the_http_client_starts_a_draft_update_at_vllms_route():
+    import http.server
+    import threading
+
+    from vllm.entrypoints.rl.online.api_router import router
+
+    from loadplan.vllm import HTTPWeightSyncClient
+
+    posted = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            posted.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        client = HTTPWeightSyncClient(f"http://127.0.0.1:{server.server_port}/")
+        client.start_weight_update()
+        client.start_draft_weight_update()
+    finally:
+        server.shutdown()
+    assert posted == ["/start_weight_update", "/start_draft_weight_update"]
+    # Routes vLLM's server has.
+    assert set(posted) <= {r.path for r in router.routes}
 
 
 def test_the_backend_is_registered_through_vllms_plugins():

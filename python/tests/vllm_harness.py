@@ -42,6 +42,20 @@ def round_tensor(name: str, shape, dtype: torch.dtype, seed: int, round_: int) -
     return (torch.randn(tuple(shape), generator=gen) * 0.05).to(dtype)
 
 
+def round_value(spec: "Spec", meta, round_: int) -> torch.Tensor:
+    """The tensor of checkpoint entry ``meta`` at update ``round_``: an MTP
+    layer's copies of the embedding and the LM head hold the values of the
+    model's, as DeepSeek's checkpoints do; every other name its own."""
+    import vllm_tiny as tiny
+
+    name = meta.name
+    if spec.draft:
+        layer, _, suffix = name.removeprefix("model.layers.").partition(".")
+        if layer.isdigit() and suffix in tiny.MTP_COPIES:
+            name = tiny.MTP_COPIES[suffix]
+    return round_tensor(name, meta.shape, meta.dtype, spec.seed, round_)
+
+
 @dataclass
 class Spec:
     """One scenario."""
@@ -84,6 +98,10 @@ class Spec:
     # The session's transport (TrainerInfo.transport): None picks by the
     # device; "ipc": the workers read the trainer's shared memory.
     transport: str | None = None
+    # The engine runs DeepSeek-V3's MTP layer as a speculative draft model
+    # (the saved model has it: vllm_tiny.save(mtp=True)), and the trainer
+    # updates it with the model (TrainerInfo.draft).
+    draft: bool = False
     # The trainer's source keeps its tensors and writes each round's values
     # into them, as an optimizer updates parameters in place (otherwise it
     # makes new tensors every round).
@@ -153,7 +171,7 @@ def weights(spec: Spec, round_: int, variant: str | None = None) -> list[tuple[s
 
     out = []
     for m in metadata(spec, variant):
-        t = round_tensor(m.name, m.shape, m.dtype, spec.seed, round_)
+        t = round_value(spec, m, round_)
         out += tiny.fp8_quantized(m.name, t) if spec.fp8 else [(m.name, t)]
     return out
 
@@ -188,16 +206,16 @@ def make_source(spec: Spec, rank: int, variant: str | None = None):
                 for m in self.metadata:
                     if m.name in self._made:
                         self._made[m.name].copy_(
-                            round_tensor(m.name, m.shape, m.dtype, spec.seed, round_))
+                            round_value(spec, m, round_))
                 return
-            self._made = {m.name: round_tensor(m.name, m.shape, m.dtype, spec.seed, round_)
+            self._made = {m.name: round_value(spec, m, round_)
                           for m in self.metadata if m.owners is None or rank in m.owners}
 
         def _tensor(self, m):
             made = self._made.get(m.name)
             if made is not None:
                 return made
-            return round_tensor(m.name, m.shape, m.dtype, spec.seed, self.round)
+            return round_value(spec, m, self.round)
 
         def iter_full(self):
             for m in self.metadata:
@@ -284,15 +302,43 @@ def _digest(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def _fresh(spec: Spec, tp_rank: int, init: str, ws) -> torch.nn.Module:
-    """A model built and loaded from ``ws`` as vLLM's loader does at start-up:
-    the other reference an update is compared with."""
+def _fresh(spec: Spec, tp_rank: int, init: str, ws) -> tuple:
+    """A model built and loaded from ``ws`` as vLLM's loader does at
+    start-up, and its draft (None without one): the other reference an
+    update is compared with."""
+    config, model = _built(spec, tp_rank, init, ws)
+    return model, _drafted(spec, config, model, ws)
+
+
+def _built(spec: Spec, tp_rank: int, init: str, ws) -> tuple:
     import vllm_tiny as tiny
 
     config, model = tiny.build(spec.model_dir, tp_size=spec.tp, rank=tp_rank, init_method=init,
                                expert_parallel=spec.expert_parallel)
     tiny.load(config, model, ws)
-    return model
+    return config, model
+
+
+def _drafted(spec: Spec, config, model: torch.nn.Module, ws):
+    """``model``'s MTP draft loaded from ``ws`` as vLLM's proposer loads it
+    (its embedding and LM head then the model's): ``(draft_model_config,
+    draft)``, or None for a spec without one."""
+    if not spec.draft:
+        return None
+    import vllm_tiny as tiny
+
+    draft_config, draft = tiny.build_draft(config)
+    tiny.load(config, draft, ws, draft_config)
+    tiny.share_with_target(config, draft, model)
+    return draft_config, draft
+
+
+def _compare_all(model, draft, reference, ref_draft) -> list[str]:
+    """``_compare`` of the models, and of their drafts (as ``draft.NAME``)."""
+    out = _compare(model, reference)
+    if draft is not None:
+        out += [f"draft.{p}" for p in _compare(draft, ref_draft)]
+    return out
 
 
 def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
@@ -312,10 +358,12 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
         if (logging_config := getattr(config, "logging_config", None)) is not None:
             configure_logging(logging_config)
         tiny.load(config, model, initial)
-        ref_config, reference = tiny.build(spec.model_dir, tp_size=spec.tp, rank=tp_rank,
-                                           init_method=init,
-                                           expert_parallel=spec.expert_parallel)
-        tiny.load(ref_config, reference, initial)
+        drafted = _drafted(spec, config, model, initial)
+        ref_config, reference = _built(spec, tp_rank, init, initial)
+        ref_drafted = _drafted(spec, ref_config, reference, initial)
+        draft = ref_draft = None
+        if drafted is not None:
+            (draft_config, draft), (ref_draft_config, ref_draft) = drafted, ref_drafted
         engine = WeightTransferEngineFactory.create_engine(
             WeightTransferConfig(backend="loadplan"), config, torch.device("cpu"), model)
         conn.send(("ok", type(engine).__name__))
@@ -330,24 +378,48 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
         nonlocal reload_failed
         if method == "init_weight_transfer_engine":
             return engine.init_transfer_engine(engine.parse_init_info(arg))
-        if method == "start_weight_update":
-            return engine.start_weight_update()
+        # The update's lifecycle as vLLM's worker drives the engine
+        # (gpu_worker: start_weight_update / start_draft_weight_update,
+        # update_weights, finish_weight_update).
+        if method in ("start_weight_update", "start_draft_weight_update"):
+            if method == "start_draft_weight_update":
+                if not engine.supports_draft_weight_update:
+                    raise RuntimeError(f"{type(engine).__name__} does not support draft model "
+                                       "weight updates.")
+                if draft is None:
+                    raise RuntimeError("Draft model weight update requested, but no draft "
+                                       "model is configured.")
+                engine.set_weight_update_target(draft, draft_config)
+            try:
+                return engine.start_weight_update()
+            except BaseException:
+                engine.reset_weight_update_target()
+                raise
         if method == "update_weights":
-            return engine.update_weights(arg)
+            try:
+                return engine.update_weights(arg)
+            except BaseException:
+                engine.reset_weight_update_target()
+                raise
         if method == "finish_weight_update":
-            return engine.finish_weight_update()
+            engine.finish_weight_update()
+            return engine.reset_weight_update_target()
         if method == "check":  # round `arg[0]` as declared by variant `arg[1]`
             ws = weights(spec, *arg)
             if reload_failed is None:
                 try:
                     tiny.vllm_reload(ref_config, reference, ws)
+                    if ref_draft is not None:
+                        tiny.vllm_reload(ref_config, ref_draft, ws, ref_draft_config)
                 except Exception as e:  # noqa: BLE001 - reported, and checked
                     reload_failed = f"{type(e).__name__}: {e}"
             failed = reload_failed
-            fresh = _fresh(spec, tp_rank, init, ws)
-            return {"vllm": [] if failed else _compare(model, reference),
-                    "fresh": _compare(model, fresh),
-                    "references": [] if failed else _compare(reference, fresh),
+            fresh, fresh_drafted = _fresh(spec, tp_rank, init, ws)
+            fresh_draft = None if fresh_drafted is None else fresh_drafted[1]
+            return {"vllm": [] if failed else _compare_all(model, draft, reference, ref_draft),
+                    "fresh": _compare_all(model, draft, fresh, fresh_draft),
+                    "references": [] if failed else _compare_all(reference, ref_draft, fresh,
+                                                                  fresh_draft),
                     "vllm_failed": failed}
         if method == "time_reference":  # vLLM's own reload, timed
             ws = weights(spec, arg)
@@ -362,7 +434,13 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
             return _compare(model, reference)
         if method == "digest":
             return _digest(model)
-        if method == "plan":
+        if method == "plan":  # the model's plan; arg "draft": its draft's
+            if arg == "draft":
+                engine.set_weight_update_target(draft, draft_config)
+                try:
+                    return handle("plan", None)
+                finally:
+                    engine.reset_weight_update_target()
             from loadplan.vllm.plans import processing_signature
 
             plan = engine.plan
@@ -371,7 +449,7 @@ def worker_main(conn, trainer_conns, spec: Spec, tp_rank: int) -> None:
                 "refreshed": list(engine.refreshed),
                 "recomputed": list(engine.recomputed),
                 "rearranged": list(engine.rearranged), "traced": bool(plan.ir), "rank": tp_rank,
-                "signature": processing_signature(model),
+                "signature": processing_signature(engine.model),
                 "modules": {n: sorted({w.target.rpartition(".")[0] for w in e.writes})
                             for n, e in plan.entries.items() if e.writes},
                 "kinds": {n: e.kind for n, e in plan.entries.items()},
@@ -451,6 +529,9 @@ class PipeClient:
     def start_weight_update(self):
         self._all("start_weight_update")
 
+    def start_draft_weight_update(self):
+        self._all("start_draft_weight_update")
+
     def update_weights(self, update_info):
         self._all("update_weights", update_info)
 
@@ -486,7 +567,7 @@ def _plain_trainer(spec: Spec, rank: int, worker_conns):
         rank=rank, master_address="127.0.0.1", master_port=spec.master_port,
         world_size=spec.trainers + spec.tp, num_trainer_ranks=spec.trainers,
         engine=spec.engine, atomic=spec.atomic, timeout=spec.timeout, transport=spec.transport,
-        plan_dir=spec.plan_dir, quantize_fp8=fp8_patterns(spec))
+        plan_dir=spec.plan_dir, quantize_fp8=fp8_patterns(spec), draft=spec.draft)
     return Trainer.start(info, client=SGLangClient(PipeClient(worker_conns).call),
                          source=make_source(spec, rank))
 
@@ -519,7 +600,7 @@ def _vllm_trainer(spec: Spec, rank: int, worker_conns):
         rank=rank, master_address="127.0.0.1", master_port=spec.master_port,
         world_size=spec.trainers + spec.tp, num_trainer_ranks=spec.trainers,
         engine=spec.engine, atomic=spec.atomic, timeout=spec.timeout, transport=spec.transport,
-        plan_dir=spec.plan_dir, quantize_fp8=fp8_patterns(spec))
+        plan_dir=spec.plan_dir, quantize_fp8=fp8_patterns(spec), draft=spec.draft)
     return WeightTransferTrainerFactory.trainer_init(info, client=client, source=source)
 
 

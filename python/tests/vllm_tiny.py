@@ -175,20 +175,25 @@ def hf_config(family: str, *, layers: int = 2, experts: int = 4, hidden: int = 6
 
 def save(family: str, directory: str | os.PathLike, *, seed: int = 0,
          dtype: torch.dtype = torch.bfloat16, fp8: bool = False, mxfp4: bool = False,
-         **sizes) -> Path:
+         mtp: bool = False, **sizes) -> Path:
     """Writes a tiny Hugging Face model of ``family`` (random weights) and
     returns its folder; ``fp8``: its fp8 block-quantized checkpoint (see
     the module doc; hidden and intermediate sizes a multiple of 128);
     ``mxfp4``: gpt-oss's experts as its mxfp4 checkpoints ship them
-    (``_mxfp4_saved``)."""
+    (``_mxfp4_saved``); ``mtp``: DeepSeek-V3 with its multi-token
+    prediction layer (``_mtp_saved``)."""
     import transformers
 
+    if mtp:
+        sizes["layers"] = sizes.get("layers", 2) + 1  # the MTP layer's decoder
     config = hf_config(family, **sizes)
     config.torch_dtype = dtype
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config).to(dtype)
     directory = Path(directory)
     model.save_pretrained(directory)
+    if mtp:
+        _mtp_saved(directory, seed, dtype)
     if fp8:
         _quantize_saved(directory)
     if mxfp4:
@@ -209,9 +214,11 @@ def fp8_quantized(name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tens
     return [(name, q), (name + "_scale_inv", scale)]
 
 
-def _rewrite(directory: Path, tensors: dict[str, torch.Tensor], quantization: dict) -> None:
+def _rewrite(directory: Path, tensors: dict[str, torch.Tensor],
+             quantization: dict | None) -> None:
     """The saved model's checkpoint replaced by ``tensors`` (one file), its
-    config given ``quantization`` as its ``quantization_config``."""
+    config given ``quantization`` as its ``quantization_config`` (None:
+    left as it is)."""
     import json
 
     from safetensors.torch import save_file
@@ -223,7 +230,8 @@ def _rewrite(directory: Path, tensors: dict[str, torch.Tensor], quantization: di
     save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
     config_path = directory / "config.json"
     config = json.loads(config_path.read_text())
-    config["quantization_config"] = quantization
+    if quantization is not None:
+        config["quantization_config"] = quantization
     config_path.write_text(json.dumps(config, indent=2))
 
 
@@ -262,6 +270,35 @@ def _mxfp4_saved(directory: Path, seed: int) -> None:
         "quant_method": "mxfp4", "modules_to_not_convert": [
             "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
             "lm_head"]})
+
+
+def _mtp_saved(directory: Path, seed: int, dtype: torch.dtype) -> None:
+    """DeepSeek-V3's checkpoint with one multi-token prediction layer, as
+    DeepSeek ships it: the saved model's last decoder layer becomes layer
+    ``num_hidden_layers`` (``num_nextn_predict_layers`` 1), with the MTP
+    module's own tensors beside it (``enorm``, ``hnorm``, ``eh_proj``,
+    ``shared_head.norm``, random) and its copies of the embedding and the
+    LM head (``MTP_COPIES``)."""
+    import json
+
+    config_path = directory / "config.json"
+    config = json.loads(config_path.read_text())
+    if config.get("model_type") != "deepseek_v3":
+        raise ValueError(f"{directory}: only DeepSeek-V3 has an MTP layer here")
+    layer, hidden, vocab = (config["num_hidden_layers"] - 1, config["hidden_size"],
+                            config["vocab_size"])
+    gen = torch.Generator().manual_seed(seed + 2)
+    tensors = dict(checkpoint(directory))
+    prefix = f"model.layers.{layer}."
+    for name, shape in (("enorm.weight", (hidden,)), ("hnorm.weight", (hidden,)),
+                        ("eh_proj.weight", (hidden, 2 * hidden)),
+                        ("shared_head.norm.weight", (hidden,))):
+        tensors[prefix + name] = (torch.randn(shape, generator=gen) * 0.05).to(dtype)
+    for name, copied in MTP_COPIES.items():
+        tensors[prefix + name] = tensors[copied].clone()
+    _rewrite(directory, tensors, None)
+    config.update(num_hidden_layers=layer, num_nextn_predict_layers=1)
+    config_path.write_text(json.dumps(config, indent=2))
 
 
 def checkpoint(directory: str | os.PathLike) -> list[tuple[str, torch.Tensor]]:
@@ -336,15 +373,58 @@ def build(directory: str | os.PathLike, *, tp_size: int = 1, rank: int = 0,
     return vllm_config, model
 
 
-def load(vllm_config, model: torch.nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+def build_draft(vllm_config):
+    """The MTP draft model vLLM's speculative decoder runs beside the
+    model of ``vllm_config`` (not loaded): ``(draft_model_config,
+    draft)``. ``vllm_config`` gains the speculative config."""
+    from vllm.config import SpeculativeConfig, set_current_vllm_config
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    spec = SpeculativeConfig(method="mtp", num_speculative_tokens=1,
+                             target_model_config=vllm_config.model_config,
+                             target_parallel_config=vllm_config.parallel_config)
+    vllm_config.speculative_config = spec
+    draft_config = spec.draft_model_config
+    with set_current_vllm_config(vllm_config), set_default_torch_dtype(draft_config.dtype):
+        draft = initialize_model(vllm_config=vllm_config, model_config=draft_config)
+    return draft_config, draft
+
+
+def share_with_target(vllm_config, draft: torch.nn.Module, model: torch.nn.Module) -> None:
+    """What vLLM's proposer does once the draft is loaded, through its own
+    code: the draft's embedding and LM heads (``embed_tokens``, each MTP
+    layer's ``shared_head.head``) become the target model's."""
+    from types import SimpleNamespace
+
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+
+    proposer = SimpleNamespace(model=draft, vllm_config=vllm_config,
+                               use_local_argmax_reduction=False)
+    with set_current_vllm_config(vllm_config):
+        SpecDecodeBaseProposer._maybe_share_embeddings(proposer, model)
+        SpecDecodeBaseProposer._maybe_share_lm_head(proposer, model)
+
+
+# The MTP layer's copies of the model's tensors, as DeepSeek ships them:
+# suffix of the MTP layer's name -> the model's name whose values it holds.
+MTP_COPIES = {"embed_tokens.weight": "model.embed_tokens.weight",
+              "shared_head.head.weight": "lm_head.weight"}
+
+
+def load(vllm_config, model: torch.nn.Module, weights: Iterable[tuple[str, torch.Tensor]],
+         model_config=None) -> None:
     """What vLLM's loader does at start-up: ``load_weights``, then every
-    layer's post-load processing."""
+    layer's post-load processing. ``model_config``: the model's (a
+    draft's; None: ``vllm_config``'s)."""
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader.utils import process_weights_after_loading
 
     with set_current_vllm_config(vllm_config), torch.no_grad():
         model.load_weights(iter(list(weights)))
-        process_weights_after_loading(model, vllm_config.model_config, torch.device("cpu"))
+        process_weights_after_loading(model, model_config or vllm_config.model_config,
+                                      torch.device("cpu"))
 
 
 def load_weights(vllm_config, model: torch.nn.Module,
@@ -358,8 +438,9 @@ def load_weights(vllm_config, model: torch.nn.Module,
 
 
 def vllm_reload(vllm_config, model: torch.nn.Module,
-                weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-    """vLLM's own reload path, as its NCCL engine runs it."""
+                weights: Iterable[tuple[str, torch.Tensor]], model_config=None) -> None:
+    """vLLM's own reload path, as its NCCL engine runs it. ``model_config``:
+    the model's (a draft's; None: ``vllm_config``'s)."""
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader.reload import (
         finalize_layerwise_reload,
@@ -369,4 +450,4 @@ def vllm_reload(vllm_config, model: torch.nn.Module,
     with set_current_vllm_config(vllm_config), torch.no_grad():
         initialize_layerwise_reload(model)
         model.load_weights(iter(list(weights)))
-        finalize_layerwise_reload(model, vllm_config.model_config)
+        finalize_layerwise_reload(model, model_config or vllm_config.model_config)

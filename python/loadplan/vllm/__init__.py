@@ -9,6 +9,8 @@ Installed with loadplan, the backend registers itself through vLLM's
 - trainer.py: ``LoadplanTrainerWeightTransferEngine`` over a ``WeightSource``;
 - info.py: what both sides share: the backend's name and logger, the init
   and update infos;
+- clients.py: vLLM's HTTP and Ray weight-sync clients with the draft
+  model's start (``draft=True``);
 - layout.py: trainer ranks' boxes from vLLM's placements;
 - processing.py: vLLM's post-load processing, observed and re-run;
 - plans.py: a worker's plan on disk (loadplan.stored), keyed for vLLM, for restarts.
@@ -50,6 +52,10 @@ def __getattr__(name: str):
         from . import info
 
         return getattr(info, name)
+    if name in ("HTTPWeightSyncClient", "RayWeightSyncClient"):
+        from . import clients
+
+        return getattr(clients, name)
     if name == "LoadplanWeightTransferEngine":
         from .worker import LoadplanWeightTransferEngine
 

@@ -19,6 +19,7 @@ from ..serving import (  # noqa: F401 - the backend's names
     TRANSPORTS,
     WireParams,
     check_wire,
+    draft_session,
     endpoint_name,
     epoch_key,
     plan_version_key,
@@ -66,16 +67,22 @@ class LoadplanWeightTransferUpdateInfo(WeightTransferUpdateInfo):
     endpoints: workers make new ones when it changes (after a failed update,
     or when a worker's plan changed). ``names``, ``dtype_names`` and
     ``shapes`` declare every checkpoint tensor in the order the trainer
-    sends them; empty lists keep the previous update's."""
+    sends them; empty lists keep the previous update's. ``draft``: the
+    update is the speculative draft model's (vLLM's
+    ``start_draft_weight_update`` started it); the draft keeps its own
+    plan, declared checkpoint and endpoints."""
 
     epoch: int
     names: list[str] = field(default_factory=list)
     dtype_names: list[str] = field(default_factory=list)
     shapes: list[list[int]] = field(default_factory=list)
+    draft: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.epoch, int) or self.epoch < 0:
             raise ValueError(f"load plan: epoch must be a non-negative int, got {self.epoch!r}")
+        if not isinstance(self.draft, bool):
+            raise ValueError(f"load plan: draft must be a bool, got {self.draft!r}")
         if not len(self.names) == len(self.dtype_names) == len(self.shapes):
             raise ValueError(
                 f"load plan: {len(self.names)} names, {len(self.dtype_names)} dtypes and "

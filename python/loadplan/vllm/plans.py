@@ -37,14 +37,17 @@ def processing_signature(model: torch.nn.Module) -> list[str]:
     return out
 
 
-def model_key(vllm_config, model: torch.nn.Module, worker_rank: int) -> str:
+def model_key(vllm_config, model: torch.nn.Module, worker_rank: int, *,
+              model_config=None) -> str:
     """What makes two workers' plans interchangeable: the model class and
     its config, dtype, the parallel layout and this worker's place in it,
     what vLLM's processing chose for its layers (``processing_signature``),
-    and the versions of vLLM and loadplan."""
+    and the versions of vLLM and loadplan. ``model_config``: the model's
+    (a speculative draft's; None: ``vllm_config``'s)."""
     import vllm
 
-    model_config, parallel = vllm_config.model_config, vllm_config.parallel_config
+    model_config = model_config or vllm_config.model_config
+    parallel = vllm_config.parallel_config
     hf = model_config.hf_config
     return plan_key({
         "vllm": vllm.__version__,

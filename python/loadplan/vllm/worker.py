@@ -12,6 +12,11 @@ processing.py). The whole update happens in ``update_weights``: a trainer
 that never calls ``finish_weight_update`` (it died) leaves no layer half
 reloaded. With ``atomic``, live memory changes only once every rank has all
 of the update.
+
+A speculative draft model (vLLM names it with ``set_weight_update_target``
+for a ``start_draft_weight_update``) is a target of its own: its plan,
+endpoints and processing state are kept apart from the model's and
+restored when vLLM switches back.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from .info import (
     LOGGER_NAME,
     LoadplanWeightTransferInitInfo,
     LoadplanWeightTransferUpdateInfo,
+    draft_session,
     endpoint_name,
     plan_version_key,
 )
@@ -60,8 +66,15 @@ class LoadplanWeightTransferEngine(
 
     init_info_cls = LoadplanWeightTransferInitInfo
     update_info_cls = LoadplanWeightTransferUpdateInfo
-    # The plan is bound to the model it was made for.
-    supports_draft_weight_update = False
+    # Each target (the model, the speculative draft) has its own plan,
+    # endpoints and processing state (``set_weight_update_target``).
+    supports_draft_weight_update = True
+
+    # What is the update target's own: saved and restored when vLLM
+    # switches between the model and its draft.
+    _PER_TARGET = ("plan", "processed", "refreshed", "recomputed", "staged", "rearranged",
+                   "_layer_names", "_fresh", "_receiving", "_metas", "_observer", "_plans_made",
+                   "_updates", "last_stats")
 
     def __init__(self, config, vllm_config, device: torch.device, model: torch.nn.Module):
         super().__init__(config, vllm_config, device, model)
@@ -98,6 +111,49 @@ class LoadplanWeightTransferEngine(
         self._updates = 0  # that this engine received
         # The TransferStats of this rank's last update that succeeded.
         self.last_stats = None
+        # The other targets' state, by id of their model (_PER_TARGET).
+        self._saved: dict[int, dict] = {}
+
+    # -- targets ------------------------------------------------------------
+
+    def _target_state(self) -> dict:
+        return {a: getattr(self, a) for a in self._PER_TARGET}
+
+    def _switch_to(self, model: torch.nn.Module) -> None:
+        """Makes ``model`` the target whose state is on ``self`` (a new one
+        starts with none: no plan, no endpoints)."""
+        if model is self.model:
+            return
+        self._saved[id(self.model)] = self._target_state()
+        state = self._saved.pop(id(model), None)
+        if state is None:
+            state = dict(plan=None, processed=[], refreshed=[], recomputed=[], staged={},
+                         rearranged={}, _layer_names={}, _fresh=set(), _receiving=Receiving(),
+                         _metas=None, _observer=None, _plans_made=0, _updates=0,
+                         last_stats=None)
+        for a, v in state.items():
+            setattr(self, a, v)
+
+    def set_weight_update_target(self, model: torch.nn.Module, model_config) -> None:
+        """The model the next update goes to (vLLM's worker names its draft
+        model here for ``start_draft_weight_update``): each target keeps its
+        own plan, endpoints and processing state."""
+        self._switch_to(model)
+        super().set_weight_update_target(model, model_config)
+
+    def reset_weight_update_target(self) -> None:
+        self._switch_to(self._default_model)
+        super().reset_weight_update_target()
+
+    @property
+    def is_draft(self) -> bool:
+        """Whether the update target is the speculative draft."""
+        return self.model is not self._default_model
+
+    def _channel(self) -> str:
+        """The target's part of the session's names (endpoints, plan
+        versions): the model's are the session's, the draft's its own."""
+        return draft_session(self.info.session) if self.is_draft else self.info.session
 
     # -- set-up -------------------------------------------------------------
 
@@ -120,7 +176,7 @@ class LoadplanWeightTransferEngine(
                                port=init_info.master_port)
 
     def _name(self, epoch: int) -> str:
-        return endpoint_name(self.info.session, epoch)
+        return endpoint_name(self._channel(), epoch)
 
     # -- planning -----------------------------------------------------------
 
@@ -162,7 +218,7 @@ class LoadplanWeightTransferEngine(
         if self.plan is not None and (metas is self._metas or metas == self._metas):
             return
         t0 = time.perf_counter()
-        key = plans.model_key(self.vllm_config, self.model, self.rank)
+        key = self._model_key()
         digest = plans.metadata_digest(metas)
         directory = plans.plan_dir(self.info.plan_dir)
         stored = plans.stored(directory, key, digest)
@@ -296,7 +352,7 @@ class LoadplanWeightTransferEngine(
         self.plan, self.processed, self.recomputed = plan, processed, recomputed
         self.staged, self.rearranged = staged, rearranged
         self.refreshed = processing.refreshed(observer.layers, changed)
-        key = plans.model_key(self.vllm_config, self.model, self.rank)
+        key = self._model_key()
         fresh = tuple(n for n in processed if n in self._fresh)
         path = plans.save(plans.plan_dir(self.info.plan_dir), key, plan,
                           plans.Stored(plans.metadata_digest(self._metas), tuple(processed), True,
@@ -313,11 +369,15 @@ class LoadplanWeightTransferEngine(
         for line in plan.report.splitlines():
             logger.info("%s", line)
 
+    def _model_key(self) -> str:
+        return plans.model_key(self.vllm_config, self.model, self.rank,
+                               model_config=self.model_config)
+
     def _publish(self) -> None:
-        """Tells the trainer this worker has a new plan (it makes new
-        endpoints for the next update)."""
+        """Tells the trainer this worker has a new plan for the target (it
+        makes new endpoints for the target's next update)."""
         self._plans_made += 1
-        self._store.set(plan_version_key(self.info.session, self.rank), str(self._plans_made))
+        self._store.set(plan_version_key(self._channel(), self.rank), str(self._plans_made))
 
     # -- updates ------------------------------------------------------------
 
@@ -352,6 +412,13 @@ class LoadplanWeightTransferEngine(
         if self.info is None:
             raise RuntimeError("load plan: call init_transfer_engine() first")
         try:
+            if update_info.draft != self.is_draft:
+                raise ValueError(
+                    "load plan: the trainer sends the update of the "
+                    f"{'draft' if update_info.draft else 'model'}, but this worker's update "
+                    f"goes to the {'draft' if self.is_draft else 'model'} (vLLM's "
+                    f"{'start_draft_weight_update' if update_info.draft else 'start_weight_update'}"
+                    " starts the draft's)")
             metas = self._declared(update_info)
             self._ensure_plan(metas)
         except Exception as e:
@@ -364,8 +431,8 @@ class LoadplanWeightTransferEngine(
             self._name(epoch), lambda: self._make_receiver(epoch), load_fallbacks=False)
         self._updates += 1
         self.last_stats = stats
-        logger.info("load plan: worker rank %d update %d: %s", self.rank, self._updates,
-                    stats.line())
+        logger.info("load plan: worker rank %d update %d%s: %s", self.rank, self._updates,
+                    " of the draft" if self.is_draft else "", stats.line())
         # Every rank has all of the update; the direct names are in place.
         self._load_fallbacks(receiver.fallbacks)
         self._refresh()
@@ -431,6 +498,8 @@ class LoadplanWeightTransferEngine(
 
     def shutdown(self) -> None:
         self._drop_receiver()
+        for state in self._saved.values():
+            state["_receiving"].drop()
         if self._watch is not None:
             self._watch.close()
         self._store = self._watch = None
