@@ -89,6 +89,16 @@ SCENARIOS = {
          "fp8_backend FLASHINFER_CUTLASS: 1 layers"],
         ("mla_attn.mla_attn",),
         MLA_FP8_LINEARS, ("mlp.experts.routed_experts",)),
+    # ... with its MTP layer as the speculative draft, updated with the
+    # model (draft=True): the draft's fp8 linears requantized, its experts
+    # swapped, as the model's.
+    "deepseek_v3-fp8-mtp-hopper": (
+        dict(family="deepseek_v3", model=dict(FP8_MLA_MODEL, mtp=True), draft=True,
+             steer="deepgemm-sm90+fi-cutlass-fp8-moe"),
+        ["DeepGemmFp8BlockScaledMMKernel (E8M0): 12 layers, scales float32",
+         "fp8_backend FLASHINFER_CUTLASS: 1 layers"],
+        ("mla_attn.mla_attn",),
+        MLA_FP8_LINEARS, ("mlp.experts.routed_experts",)),
     # ... on a Blackwell: the scales packed, the experts in BlockMajorK order.
     "deepseek_v3-fp8-blackwell": (
         dict(family="deepseek_v3", model=FP8_MLA_MODEL,
@@ -140,8 +150,21 @@ def test_steered_updates_equal_a_fresh_load_and_vllms_own_reload(models, tmp_pat
         # The processing still took the steered path after the updates.
         assert cluster.workers("taken") == [taken] * spec.tp
         plans = cluster.workers("plan")
+        drafts = cluster.workers("plan", "draft") if spec.draft else []
     finally:
         cluster.close()
+    for plan in drafts:
+        # The MTP draft's layers took the same paths, and are handled as
+        # the model's: its fp8 linears computed in place, its experts
+        # written where the swap puts them, its MLA attention processed.
+        mtp = "model.layers.2.mtp_block."
+        assert [p.removeprefix(mtp) for p in plan["processed"]] == ["self_attn.mla_attn.mla_attn"]
+        assert sorted(p.removeprefix(mtp) for p in plan["recomputed"]) == sorted(
+            ("self_attn.fused_qkv_a_proj", "self_attn.q_b_proj", "self_attn.kv_b_proj",
+             "self_attn.o_proj", "mlp.shared_experts.gate_up_proj",
+             "mlp.shared_experts.down_proj")), plan["recomputed"]
+        assert [p.removeprefix(mtp) for p in plan["rearranged"]] == [
+            "mlp.experts.routed_experts"], plan["rearranged"]
     for plan in plans:
         # The saved plan's key names the kernels and backends the steered
         # processing chose: a plan made under other choices is not reused.

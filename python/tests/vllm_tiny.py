@@ -59,8 +59,10 @@ _MOE_PREPACK: list[str] = []
 _LIBRARIES: list = []  # the stand-ins' registrations, kept alive with the process
 FP8_BLOCK = (128, 128)
 # What save(fp8=True) quantizes: every linear of the decoder layers
-# (DeepSeek's kv_a_proj_with_mqa too, which vLLM fuses with q_a_proj).
-FP8_WEIGHTS = ("model.layers.*_proj.weight", "model.layers.*_proj_with_mqa.weight")
+# (DeepSeek's kv_a_proj_with_mqa too, which vLLM fuses with q_a_proj), but
+# not an MTP layer's eh_proj, which DeepSeek ships bf16 (vLLM's is a plain
+# nn.Linear).
+FP8_WEIGHTS = ("model.layers.*[!h]_proj.weight", "model.layers.*_proj_with_mqa.weight")
 
 
 def _fp8_kernels() -> None:
