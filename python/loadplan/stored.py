@@ -42,23 +42,31 @@ def metadata_digest(metas: Sequence[ParamMeta]) -> str:
 def quant_methods(model: torch.nn.Module) -> list[str]:
     """Each kind of quantization method among the model's layers, with the
     kernel classes and backends it chose (enums, classes and objects named
-    ``*Kernel`` or ``*Experts`` among its attributes): what decides what
-    the engine's processing does to the layers."""
+    ``*Kernel`` or ``*Experts`` among its attributes, and among those of
+    the layer's ``scheme``, where compressed-tensors keeps its kernel):
+    what decides what the engine's processing does to the layers."""
     import enum
 
-    kinds = set()
-    for module in model.modules():
-        method = getattr(module, "quant_method", None)
-        if method is None:
-            continue
-        parts = [f"{type(method).__module__}.{type(method).__qualname__}"]
-        for attr, value in sorted(vars(method).items()) if hasattr(method, "__dict__") else ():
+    def chosen(owner) -> list[str]:
+        parts = [f"{type(owner).__module__}.{type(owner).__qualname__}"]
+        for attr, value in sorted(vars(owner).items()) if hasattr(owner, "__dict__") else ():
             if isinstance(value, enum.Enum):
                 parts.append(f"{attr}={value}")
             elif isinstance(value, type):
                 parts.append(f"{attr}={value.__qualname__}")
             elif type(value).__name__.endswith(("Kernel", "Experts")):
                 parts.append(f"{attr}={type(value).__qualname__}")
+        return parts
+
+    kinds = set()
+    for module in model.modules():
+        method = getattr(module, "quant_method", None)
+        if method is None:
+            continue
+        parts = chosen(method)
+        scheme = getattr(module, "scheme", None)
+        if scheme is not None:
+            parts += ["scheme", *chosen(scheme)]
         kinds.add(" ".join(parts))
     return sorted(kinds)
 

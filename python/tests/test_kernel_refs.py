@@ -168,3 +168,87 @@ def test_block_scales_interleave_into_128x4_tiles(experts, rows, cols):
                        out.to(torch.bfloat16))
     with pytest.raises(ValueError, match="uint8 or bfloat16"):
         kernel_refs.block_scale_interleave(sf.float())
+
+
+def _gptq_pack(values: torch.Tensor, num_bits: int) -> torch.Tensor:
+    """GPTQ's packing, written out: row ``pack * r + i`` of the values
+    [K, N] in bits ``num_bits * i`` of row ``r`` of int32 words."""
+    pack = 32 // num_bits
+    k, n = values.shape
+    words = torch.zeros(k // pack, n, dtype=torch.int64)
+    for i in range(pack):
+        words |= values[i::pack].to(torch.int64) << (num_bits * i)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+def _marlin_want(values: torch.Tensor, num_bits: int, is_a_8bit: bool) -> torch.Tensor:
+    """vLLM's torch reference of the repack (its kernel test's)."""
+    from vllm.model_executor.layers.quantization.utils.marlin_utils_test import (
+        get_weight_perm,
+        marlin_weights,
+    )
+
+    k, n = values.shape
+    return marlin_weights(values, k, n, num_bits, get_weight_perm(num_bits, is_a_8bit),
+                          is_a_8bit=is_a_8bit)
+
+
+def _random_values(k: int, n: int, num_bits: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 1 << num_bits, (k, n), dtype=torch.int32, generator=g)
+
+
+@pytest.mark.parametrize("is_a_8bit", [False, True])
+@pytest.mark.parametrize("num_bits", [4, 8])
+@pytest.mark.parametrize("size_k, size_n", [(64, 64), (128, 256), (256, 128), (64, 192)])
+def test_marlin_repack_is_vllms_reference_layout(size_k, size_n, num_bits, is_a_8bit):
+    values = _random_values(size_k, size_n, num_bits, size_k + size_n + num_bits)
+    packed = _gptq_pack(values, num_bits)
+    out = kernel_refs.gptq_marlin_repack(packed, size_k, size_n, num_bits, is_a_8bit)
+    pack = 32 // num_bits
+    assert out.shape == (size_k // 16, size_n * 16 // pack) and out.dtype == torch.int32
+    assert torch.equal(out, _marlin_want(values, num_bits, is_a_8bit))
+    # The unpacking is GPTQ's packing undone.
+    assert torch.equal(kernel_refs.unpack_gptq(packed, num_bits), values)
+
+
+def test_marlin_layouts_differ_and_bad_shapes_are_refused():
+    values = _random_values(64, 64, 4, 1)
+    packed = _gptq_pack(values, 4)
+    plain = kernel_refs.gptq_marlin_repack(packed, 64, 64, 4)
+    assert not torch.equal(plain, kernel_refs.gptq_marlin_repack(packed, 64, 64, 4, True))
+    assert not torch.equal(plain, packed.reshape(plain.shape))
+    with pytest.raises(ValueError, match="num_bits 4 or 8"):
+        kernel_refs.gptq_marlin_repack(packed, 64, 64, 2)
+    with pytest.raises(ValueError, match="tile"):
+        kernel_refs.gptq_marlin_repack(_gptq_pack(values[:, :32], 4), 64, 32, 4)
+    with pytest.raises(ValueError, match="a weight"):
+        kernel_refs.gptq_marlin_repack(packed, 128, 64, 4)
+
+
+@pytest.mark.parametrize("num_bits, is_a_8bit", [(4, False), (8, False), (4, True)])
+def test_marlin_moe_repack_repacks_each_expert(num_bits, is_a_8bit):
+    experts, size_k, size_n = 3, 128, 64
+    packed = torch.stack([_gptq_pack(_random_values(size_k, size_n, num_bits, e), num_bits)
+                          for e in range(experts)])
+    out = kernel_refs.gptq_marlin_moe_repack(packed, size_k, size_n, num_bits, is_a_8bit)
+    # The shape vLLM's gptq_marlin_moe_repack allocates.
+    assert out.shape == (experts, size_k // 16, size_n * (num_bits // 2))
+    assert out.dtype == torch.int32
+    for e in range(experts):
+        assert torch.equal(out[e], kernel_refs.gptq_marlin_repack(
+            packed[e], size_k, size_n, num_bits, is_a_8bit))
+    assert not torch.equal(out[0], out[1])
+
+
+@pytest.mark.parametrize("num_bits", [4, 8])
+def test_marlin_repack_runs_on_meta_tensors(num_bits):
+    pack = 32 // num_bits
+    w = torch.empty(4096 // pack, 2048, dtype=torch.int32, device="meta")
+    out = kernel_refs.gptq_marlin_repack(w, 4096, 2048, num_bits)
+    assert out.device.type == "meta" and out.dtype == torch.int32
+    assert out.shape == (4096 // 16, 2048 * 16 // pack)
+    moe = kernel_refs.gptq_marlin_moe_repack(
+        torch.empty(8, 256 // pack, 512, dtype=torch.int32, device="meta"), 256, 512, num_bits,
+        is_a_8bit=True)
+    assert moe.device.type == "meta" and moe.shape == (8, 256 // 16, 512 * (num_bits // 2))

@@ -29,6 +29,11 @@ FP8_MLA_MODEL = dict(FP8_MODEL, mla=tiny.MLA_FP8)
 # TRT-LLM experts take unpadded (multiples of 256).
 MXFP4_MODEL = dict(mxfp4=True, hidden=256, intermediate=256)
 MXFP4_MODEL_TP2 = dict(MXFP4_MODEL, intermediate=512)
+# DeepSeek-V3 (Kimi-K2's class) with int4 W4A16 experts; the experts'
+# intermediate size (96) not a multiple of Marlin's tile (64): padded to 128.
+INT4_MODEL = dict(int4=True, hidden=128, intermediate=192)
+# Qwen3 with every decoder linear int4 W4A16 (compressed-tensors).
+INT4_DENSE_MODEL = dict(int4=True, hidden=128, intermediate=256)
 # At TP=2 each rank's share of k and v is still a whole 128-row block.
 FP8_MODEL_TP2 = dict(FP8_MODEL, kv_heads=4)
 
@@ -123,6 +128,25 @@ SCENARIOS = {
         dict(family="gpt_oss", model=MXFP4_MODEL_TP2, tp=2, steer="fi-trtllm-mxfp4-moe"),
         ["mxfp4_backend FLASHINFER_TRTLLM_MXFP4_BF16: 2 layers, biases fp32"],
         (), (), ("mlp.experts.routed_experts",)),
+    # Kimi-K2's int4 experts (compressed-tensors W4A16) on a Blackwell:
+    # Marlin's experts (weights and scales transposed K-first, the
+    # intermediate zero-padded to the tile, the 4-bit values repacked into
+    # Marlin's tiles, the scales permuted: new tensors). The repack moves
+    # 4-bit fields between words, which the plan cannot write yet:
+    # reloaded through vLLM on every update (and MLA's attention, which
+    # derives W_UK_T and W_UV from kv_b_proj, as in every DeepSeek-V3
+    # scenario here).
+    "deepseek_v3-int4-marlin": (
+        dict(family="deepseek_v3", model=INT4_MODEL, steer="marlin-int4-moe"),
+        ["wna16_backend MARLIN: 1 layers, intermediate 96 padded to 128"],
+        ("mla_attn.mla_attn", "mlp.experts.routed_experts"), (), ()),
+    # A dense W4A16 model on an NVIDIA GPU: Marlin's linear kernel (each
+    # weight repacked, its scales permuted: new tensors), reloaded through
+    # vLLM on every update.
+    "qwen3-int4-marlin": (
+        dict(family="qwen3", model=INT4_DENSE_MODEL, steer="marlin-int4-linear"),
+        ["MarlinLinearKernel: 8 layers"],
+        FP8_LINEARS, (), ()),
 }
 
 
@@ -273,3 +297,4 @@ def test_a_restarted_worker_traces_its_rearranged_layers_again(models, tmp_path)
         assert plan["rearranged"] == before["rearranged"] and plan["processed"] == []
     finally:
         again.close()
+

@@ -48,6 +48,20 @@ not. Profiles:
   128x4 tiles (FlashInfer's ``block_scale_interleave``, a CUDA kernel:
   its torch reference, ``kernel_refs.block_scale_interleave``). Not made:
   the kernel object.
+- ``marlin-int4-moe``: int4 W4A16 MoE layers (compressed-tensors, Kimi-K2's
+  experts) get vLLM's Marlin experts (Blackwell's default for them):
+  after loading, each expert's packed weights and scales transposed to
+  K-first, the intermediate size zero-padded to Marlin's thread tile where
+  it is not a multiple of 64, the 4-bit values repacked into Marlin's
+  tiles (``gptq_marlin_moe_repack``, a CUDA kernel: its torch reference,
+  ``kernel_refs.gptq_marlin_moe_repack``) and the scales permuted, new
+  tensors. Not made: the kernel object.
+- ``marlin-int4-linear``: int4 W4A16 linear layers (compressed-tensors,
+  dense models) get vLLM's ``MarlinLinearKernel`` (NVIDIA's choice for
+  them on Ampere, Ada and Blackwell; Hopper's is Machete): each weight
+  transposed K-first, padded to Marlin's tiles and repacked
+  (``gptq_marlin_repack``: ``kernel_refs.gptq_marlin_repack``), its scales
+  permuted. The kernel's own checks but the device's stay.
 - ``fi-attn-sinks``: attention layers with sinks (gpt-oss) process them as
   vLLM's FlashInfer backend does (``FlashInferImpl``'s own
   ``process_weights_after_loading`` on the CPU backend's object): the
@@ -64,7 +78,8 @@ import os
 import torch
 
 PROFILES = ("deepgemm-sm90", "deepgemm-sm100", "fi-trtllm-bf16-moe", "fi-cutlass-fp8-moe",
-            "fi-trtllm-fp8-moe", "fi-trtllm-mxfp4-moe", "fi-attn-sinks")
+            "fi-trtllm-fp8-moe", "fi-trtllm-mxfp4-moe", "marlin-int4-moe", "marlin-int4-linear",
+            "fi-attn-sinks")
 
 _APPLIED: list[str] = []
 
@@ -109,6 +124,10 @@ def apply(steer: str) -> None:
             _fi_trtllm_fp8_moe()
         elif profile == "fi-trtllm-mxfp4-moe":
             _fi_trtllm_mxfp4_moe()
+        elif profile == "marlin-int4-moe":
+            _marlin_int4_moe()
+        elif profile == "marlin-int4-linear":
+            _marlin_int4_linear()
         elif profile == "fi-attn-sinks":
             _fi_attn_sinks()
     _APPLIED.append(steer)
@@ -279,6 +298,59 @@ def _fi_trtllm_mxfp4_moe() -> None:
     fp4.block_scale_interleave = kernel_refs.block_scale_interleave
 
 
+def _marlin_int4_moe() -> None:
+    import vllm._custom_ops as ops
+    import vllm.model_executor.layers.fused_moe.oracle.int_wna16 as oracle
+    from vllm.model_executor.layers.fused_moe.experts.marlin_moe import MarlinExpertsBase
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe \
+        .compressed_tensors_moe_wna16 import CompressedTensorsWNA16MoEMethod
+
+    from loadplan.vllm import kernel_refs
+
+    # Blackwell's order for int4 W4A16 experts: Marlin first (Hopper's
+    # puts Humming before it). The CPU's own list has no Marlin.
+    oracle._get_priority_backends = lambda: [oracle.WNA16MoEBackend.MARLIN]
+    MarlinExpertsBase._supports_current_device = staticmethod(lambda: True)
+    # The oracle calls it through the module.
+    ops.gptq_marlin_moe_repack = kernel_refs.gptq_marlin_moe_repack
+
+    def _setup_kernel(self, layer) -> None:
+        self.moe_quant_config = self.get_fused_moe_quant_config(layer)
+        self.moe_kernel = _NoKernel()
+
+    CompressedTensorsWNA16MoEMethod._setup_kernel = _setup_kernel
+
+
+class _CudaPlatform:
+    """The platform as Marlin's linear kernel module reads it: CUDA."""
+
+    def __init__(self, platform) -> None:
+        self._platform = platform
+
+    def is_cuda(self) -> bool:
+        return True
+
+    def __getattr__(self, name):
+        return getattr(self._platform, name)
+
+
+def _marlin_int4_linear() -> None:
+    import vllm._custom_ops as ops
+    import vllm.model_executor.kernels.linear as linear
+    import vllm.model_executor.kernels.linear.mixed_precision.marlin as marlin
+    from vllm.platforms import PlatformEnum
+
+    from loadplan.vllm import kernel_refs
+
+    # NVIDIA's order puts CUTLASS W4A8 and Machete (Hopper only) before
+    # Marlin: W4A16 on Ampere, Ada and Blackwell takes Marlin. Its checks
+    # but the device's stay.
+    marlin.current_platform = _CudaPlatform(marlin.current_platform)
+    cpu = linear._POSSIBLE_KERNELS[PlatformEnum.CPU]
+    linear._POSSIBLE_KERNELS[PlatformEnum.CPU] = [marlin.MarlinLinearKernel, *cpu]
+    ops.gptq_marlin_repack = kernel_refs.gptq_marlin_repack
+
+
 def _fi_attn_sinks() -> None:
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
     from vllm.v1.attention.backends.flashinfer import FlashInferImpl
@@ -315,9 +387,32 @@ def taken(steer: str, model: torch.nn.Module) -> list[str]:
             out += _moe_taken(model, "fp8_backend", "FLASHINFER_TRTLLM", block_major_k=True)
         elif profile == "fi-trtllm-mxfp4-moe":
             out += _mxfp4_taken(model)
+        elif profile == "marlin-int4-moe":
+            out += _marlin_taken(model)
+        elif profile == "marlin-int4-linear":
+            out += _marlin_linear_taken(model)
         elif profile == "fi-attn-sinks":
             out += _sinks_taken(model)
     return out
+
+
+def _kernels_on(model: torch.nn.Module, kernel_of, kernel_class: type, what: str,
+                which: str) -> dict[str, tuple[torch.nn.Module, object]]:
+    """``{name: (module, kernel)}`` of the modules ``kernel_of`` finds a
+    linear kernel object on; raises AssertionError where there is none, or
+    where one is not a ``kernel_class``."""
+    kernels = {}
+    for name, module in model.named_modules():
+        kernel = kernel_of(module)
+        if kernel is not None:
+            kernels[name] = (module, kernel)
+    if not kernels:
+        raise AssertionError(f"no {what} layer in the model")
+    other = {n: type(k).__name__ for n, (_, k) in kernels.items()
+             if not isinstance(k, kernel_class)}
+    if other:
+        raise AssertionError(f"{what}s not on {which}: {other}")
+    return kernels
 
 
 def _deepgemm_taken(profile: str, model: torch.nn.Module) -> list[str]:
@@ -325,17 +420,9 @@ def _deepgemm_taken(profile: str, model: torch.nn.Module) -> list[str]:
         DeepGemmFp8BlockScaledMMKernel,
     )
 
-    kernels = {}
-    for name, module in model.named_modules():
-        kernel = getattr(getattr(module, "quant_method", None), "fp8_linear", None)
-        if kernel is not None:
-            kernels[name] = (module, kernel)
-    if not kernels:
-        raise AssertionError("no fp8 linear layer in the model")
-    other = {n: type(k).__name__ for n, (_, k) in kernels.items()
-             if not isinstance(k, DeepGemmFp8BlockScaledMMKernel)}
-    if other:
-        raise AssertionError(f"fp8 linears not on DeepGEMM: {other}")
+    kernels = _kernels_on(
+        model, lambda m: getattr(getattr(m, "quant_method", None), "fp8_linear", None),
+        DeepGemmFp8BlockScaledMMKernel, "fp8 linear", "DeepGEMM")
     want = torch.float32 if profile == "deepgemm-sm90" else torch.int32
     for name, (module, kernel) in kernels.items():
         if not kernel.use_deep_gemm_e8m0:
@@ -404,30 +491,87 @@ def _mxfp4_taken(model: torch.nn.Module) -> list[str]:
     activations, and holds its tensors as that path leaves them: the
     weights uint8 ``[E, 2I, H/2]``, ``[E, H, I/2]``, the scales fp8-typed
     bytes of the same rows, the biases fp32."""
+    layers = _layers_on(model, "mxfp4_backend", "FLASHINFER_TRTLLM_MXFP4_BF16", "mxfp4 MoE")
+    for name, m in layers.items():
+        e, two_i, half_h = m.w13_weight.shape
+        _check_tensors(name, m, {
+            "w13_weight": (torch.uint8, (e, two_i, half_h)),
+            "w2_weight": (torch.uint8, (e, 2 * half_h, two_i // 4)),
+            "w13_weight_scale": (torch.float8_e4m3fn, (e, two_i, half_h // 16)),
+            "w2_weight_scale": (torch.float8_e4m3fn, (e, 2 * half_h, two_i // 64)),
+            "w13_bias": (torch.float32, (e, two_i)),
+            "w2_bias": (torch.float32, (e, 2 * half_h))})
+    return [f"mxfp4_backend FLASHINFER_TRTLLM_MXFP4_BF16: {len(layers)} layers, biases fp32"]
+
+
+def _layers_on(model: torch.nn.Module, attribute: str, backend: str,
+               what: str) -> dict[str, torch.nn.Module]:
+    """The layers whose quantization method has a backend enum
+    ``attribute``; raises AssertionError where there is none, or where one
+    chose another backend than ``backend``."""
     methods = {}
     for name, module in model.named_modules():
         method = getattr(module, "quant_method", None)
-        if hasattr(method, "mxfp4_backend"):
-            methods[name] = (module, method.mxfp4_backend.name)
+        if hasattr(method, attribute):
+            methods[name] = (module, getattr(method, attribute).name)
     if not methods:
-        raise AssertionError("no mxfp4 MoE layer")
-    other = {n: b for n, (_, b) in methods.items() if b != "FLASHINFER_TRTLLM_MXFP4_BF16"}
+        raise AssertionError(f"no {what} layer")
+    other = {n: b for n, (_, b) in methods.items() if b != backend}
     if other:
-        raise AssertionError(f"mxfp4 MoE layers not on FLASHINFER_TRTLLM_MXFP4_BF16: {other}")
-    for name, (m, _) in methods.items():
-        e, two_i, half_h = m.w13_weight.shape
-        want = {"w13_weight": (torch.uint8, (e, two_i, half_h)),
-                "w2_weight": (torch.uint8, (e, 2 * half_h, two_i // 4)),
-                "w13_weight_scale": (torch.float8_e4m3fn, (e, two_i, half_h // 16)),
-                "w2_weight_scale": (torch.float8_e4m3fn, (e, 2 * half_h, two_i // 64)),
-                "w13_bias": (torch.float32, (e, two_i)),
-                "w2_bias": (torch.float32, (e, 2 * half_h))}
-        for tensor, (dtype, shape) in want.items():
-            t = getattr(m, tensor)
-            if (t.dtype, tuple(t.shape)) != (dtype, shape):
-                raise AssertionError(f"{name}.{tensor}: {t.dtype} {tuple(t.shape)}, expected "
-                                     f"{dtype} {shape}")
-    return [f"mxfp4_backend FLASHINFER_TRTLLM_MXFP4_BF16: {len(methods)} layers, biases fp32"]
+        raise AssertionError(f"{what} layers not on {backend}: {other}")
+    return {n: m for n, (m, _) in methods.items()}
+
+
+def _check_tensors(name: str, module: torch.nn.Module, want: dict) -> None:
+    """Each tensor of ``want`` (its name -> (dtype, shape)) has that dtype
+    and shape in ``module``, else AssertionError."""
+    for tensor, (dtype, shape) in want.items():
+        t = getattr(module, tensor)
+        if (t.dtype, tuple(t.shape)) != (dtype, shape):
+            raise AssertionError(f"{name}.{tensor}: {t.dtype} {tuple(t.shape)}, expected "
+                                 f"{dtype} {shape}")
+
+
+def _marlin_taken(model: torch.nn.Module) -> list[str]:
+    """Every int4 MoE layer chose Marlin and holds its weights as Marlin's
+    repack leaves them: int32 ``[E, K/16, 2N]`` for each ``[N, K]`` of the
+    checkpoint (w13: K the hidden size, N twice the intermediate; w2: K
+    the intermediate, N the hidden size; the intermediate padded to 64),
+    the scales K-first ``[E, K/group, N]``."""
+    layers = _layers_on(model, "wna16_backend", "MARLIN", "int4 W4A16 MoE")
+    sizes = set()
+    for name, m in layers.items():
+        e, h = m.w13_weight_packed.shape[0], m.moe_config.hidden_dim
+        i = m.moe_config.intermediate_size_per_partition_unpadded
+        p = -(-i // 64) * 64
+        g = m.quant_method.group_size
+        _check_tensors(name, m, {
+            "w13_weight_packed": (torch.int32, (e, h // 16, 2 * 2 * p)),
+            "w2_weight_packed": (torch.int32, (e, p // 16, 2 * h)),
+            "w13_weight_scale": (m.w13_weight_scale.dtype, (e, h // g, 2 * p)),
+            "w2_weight_scale": (m.w2_weight_scale.dtype, (e, p // g, h))})
+        sizes.add((i, p))
+    return [f"wna16_backend MARLIN: {len(layers)} layers, intermediate "
+            + ", ".join(f"{i} padded to {p}" if i != p else str(i) for i, p in sorted(sizes))]
+
+
+def _marlin_linear_taken(model: torch.nn.Module) -> list[str]:
+    """Every int4 W4A16 linear took Marlin's kernel and holds its weight
+    as Marlin's repack leaves it: int32 ``[K/16, 2N]`` (N and K padded to
+    Marlin's tiles)."""
+    from vllm.model_executor.kernels.linear.mixed_precision.marlin import MarlinLinearKernel
+
+    kernels = _kernels_on(
+        model, lambda m: getattr(getattr(m, "scheme", None), "kernel", None)
+        if hasattr(m, "weight_packed") else None,
+        MarlinLinearKernel, "int4 W4A16 linear", "Marlin")
+    for name, (module, kernel) in kernels.items():
+        k, n = kernel.config.partition_weight_shape
+        w = module.weight_packed
+        if w.dtype != torch.int32 or w.shape[0] != -(-k // 16) or w.shape[1] < 2 * n:
+            raise AssertionError(f"{name}: weight {w.dtype} {tuple(w.shape)}, not Marlin's "
+                                 f"[K/16, 2N] of K={k}, N={n}")
+    return [f"MarlinLinearKernel: {len(kernels)} layers"]
 
 
 def _sinks_taken(model: torch.nn.Module) -> list[str]:

@@ -177,13 +177,15 @@ def hf_config(family: str, *, layers: int = 2, experts: int = 4, hidden: int = 6
 
 def save(family: str, directory: str | os.PathLike, *, seed: int = 0,
          dtype: torch.dtype = torch.bfloat16, fp8: bool = False, mxfp4: bool = False,
-         mtp: bool = False, **sizes) -> Path:
+         int4: bool = False, mtp: bool = False, **sizes) -> Path:
     """Writes a tiny Hugging Face model of ``family`` (random weights) and
     returns its folder; ``fp8``: its fp8 block-quantized checkpoint (see
     the module doc; hidden and intermediate sizes a multiple of 128);
     ``mxfp4``: gpt-oss's experts as its mxfp4 checkpoints ship them
-    (``_mxfp4_saved``); ``mtp``: DeepSeek-V3 with its multi-token
-    prediction layer (``_mtp_saved``)."""
+    (``_mxfp4_saved``); ``int4``: a MoE model's routed experts as Kimi-K2's
+    int4 checkpoints ship them, a dense model's linears as W4A16 ones do
+    (``_int4_saved``); ``mtp``: DeepSeek-V3 with
+    its multi-token prediction layer (``_mtp_saved``)."""
     import transformers
 
     if mtp:
@@ -200,6 +202,8 @@ def save(family: str, directory: str | os.PathLike, *, seed: int = 0,
         _quantize_saved(directory)
     if mxfp4:
         _mxfp4_saved(directory, seed)
+    if int4:
+        _int4_saved(directory, seed)
     return directory
 
 
@@ -272,6 +276,50 @@ def _mxfp4_saved(directory: Path, seed: int) -> None:
         "quant_method": "mxfp4", "modules_to_not_convert": [
             "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
             "lm_head"]})
+
+
+INT4_GROUP = 32  # the group size of save(int4=True)'s scales, Kimi-K2's
+
+
+def _int4_saved(directory: Path, seed: int) -> None:
+    """A MoE model's routed experts as Kimi-K2's int4 checkpoints
+    (compressed-tensors, ``pack-quantized`` W4A16) hold them, or a dense
+    model's every decoder linear, as W4A16 checkpoints of dense models do:
+    each ``*_proj.weight`` ([N, K] bf16) as
+    ``weight_packed`` (int32 [N, K/8]: eight 4-bit values along K per word,
+    random), ``weight_scale`` (bf16 [N, K/32]: one per group of 32, random
+    and positive) and ``weight_shape`` (int64 [N, K]); everything else
+    (of a MoE model: attention, shared experts, dense MLPs, the router)
+    bf16, as the checkpoint's ``ignore`` list says."""
+    gen = torch.Generator().manual_seed(seed + 3)
+    tensors = {}
+    saved = checkpoint(directory)
+    moe = any(".mlp.experts." in name for name, _ in saved)
+    for name, t in saved:
+        if not name.startswith("model.layers.") or not name.endswith("_proj.weight") or (
+                moe and ".mlp.experts." not in name):
+            tensors[name] = t
+            continue
+        stem = name.removesuffix(".weight")
+        n, k = t.shape
+        tensors[stem + ".weight_packed"] = torch.randint(
+            -2**31, 2**31 - 1, (n, k // 8), dtype=torch.int32, generator=gen)
+        tensors[stem + ".weight_scale"] = (
+            torch.rand((n, k // INT4_GROUP), generator=gen) * 0.01 + 0.001).to(torch.bfloat16)
+        tensors[stem + ".weight_shape"] = torch.tensor([n, k], dtype=torch.int64)
+    if not any(n.endswith(".weight_packed") for n in tensors):
+        raise ValueError(f"{directory}: no linear layers to write as int4")
+    _rewrite(directory, tensors, {
+        "quant_method": "compressed-tensors", "format": "pack-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {"group_0": {
+            "targets": ["Linear"], "input_activations": None, "output_activations": None,
+            "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group",
+                        "group_size": INT4_GROUP, "dynamic": False, "actorder": None,
+                        "block_structure": None, "observer": "minmax", "observer_kwargs": {}}}},
+        "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
+                   r"re:.*mlp\.(gate|up|gate_up|down)_proj.*"] if moe else ["lm_head"],
+        "kv_cache_scheme": None})
 
 
 def _mtp_saved(directory: Path, seed: int, dtype: torch.dtype) -> None:

@@ -32,6 +32,27 @@ experts use):
   ("SWIZZLED_128x4": row ``r`` and column ``c`` of an expert at
   ``(r // 128, c // 4, r % 32, (r % 128) // 32, c % 4)`` of a row-major
   ``[R/128, C/4, 32, 4, 4]``; TensorRT-LLM's ``computeSFIndex``).
+
+Marlin (vLLM's ``gptq_marlin_repack``; ``gptq_marlin_moe_repack`` repacks
+each expert):
+
+- ``gptq_marlin_repack``: a GPTQ weight ``[K / pack, N]`` (``pack = 32 /
+  bits`` values along K in each int32 word, row ``k = pack * r + i`` in
+  bits ``bits * i`` of word ``r``) as the ``[K / 16, N * 16 / pack]`` words
+  Marlin's GEMM reads. The weight is cut into tiles of 16 rows of K by 64
+  columns (one output row per 16 rows of K, the tiles of N in order). In a
+  tile, lane ``4c + r`` of a warp holds, for each of its 4 subtiles of 16
+  columns ``w``, the tensor-core fragment of columns ``16w + c`` and
+  ``16w + 8 + c``, rows ``2r``, ``2r + 1``, ``2r + 8``, ``2r + 9``. Its 8
+  values of subtile ``w`` make word ``4 * lane + w`` (4-bit), interleaved:
+  value (column half ``b``, row half ``h``, row parity ``s``) in nibble
+  ``4s + 2b + h``; with 8-bit values, the column halves are 2 words
+  ``8 * lane + 2w + b``, row ``(h, s)`` in byte ``2s + h``. With 8-bit
+  activations (``is_a_8bit``) the tiles are 32 rows by 32 columns (two
+  output rows), lane ``4c + r`` takes rows ``4r + q`` and ``16 + 4r + q``
+  of columns ``16j + c`` and ``16j + 8 + c`` (subtile ``j``, half ``b``),
+  one word per ``(j, b)`` (4-bit: row ``16g + 4r + q`` in nibble
+  ``2q + g``) or per ``(j, b, g)`` (8-bit: byte ``q``).
 """
 
 from __future__ import annotations
@@ -214,3 +235,94 @@ def block_scale_interleave(sf: torch.Tensor) -> torch.Tensor:
     tiles = batched.reshape(experts, padded_rows // SF_ROW_TILE, 4, 32,
                             padded_cols // SF_COL_TILE, SF_COL_TILE)
     return tiles.permute(0, 1, 4, 3, 2, 5).contiguous().reshape(-1)
+
+
+MARLIN_TILE_K = 16  # Marlin's tile: 16 rows of K (32 with 8-bit activations)
+MARLIN_TILE_N = 64  # by 64 columns of N (32 with 8-bit activations)
+
+# The tile's axes as the input splits them, (K axes, N axes), and the order
+# in which the output words hold them (the last axes within a word); see
+# the module doc. Keyed by (num_bits, is_a_8bit).
+_MARLIN_SPLIT = {
+    False: ((2, 4, 2), (4, 2, 8)),  # k = 8h + 2r + s; n = 16w + 8b + c
+    True: ((2, 4, 4), (2, 2, 8)),  # k = 16g + 4r + q; n = 16j + 8b + c
+}
+_MARLIN_ORDER = {  # axes: t h/g r s/q  m w/j b c  (t, m: tile of K, of N)
+    (4, False): (0, 4, 7, 2, 5, 3, 6, 1),  # words (c, r, w), nibbles (s, b, h)
+    (8, False): (0, 4, 7, 2, 5, 6, 3, 1),  # words (c, r, w, b), bytes (s, h)
+    (4, True): (0, 4, 7, 2, 5, 6, 3, 1),  # words (c, r, j, b), nibbles (q, g)
+    (8, True): (0, 4, 7, 2, 5, 6, 1, 3),  # words (c, r, j, b, g), bytes (q)
+}
+
+
+def unpack_gptq(words: torch.Tensor, num_bits: int) -> torch.Tensor:
+    """The values ``[..., K, N]`` of GPTQ-packed int32 ``words``
+    ``[..., K / pack, N]``: row ``pack * r + i`` is bits ``num_bits * i``
+    of row ``r``."""
+    pack = 32 // num_bits
+    shifts = torch.arange(0, 32, num_bits, dtype=torch.int32, device=words.device)
+    values = (words.unsqueeze(-2) >> shifts.view(pack, 1)) & ((1 << num_bits) - 1)
+    return values.flatten(-3, -2)
+
+
+def _pack_last(values: torch.Tensor, num_bits: int) -> torch.Tensor:
+    """int32 words of ``values`` [..., pack]: value ``i`` in bits
+    ``num_bits * i``."""
+    words = values[..., 0]
+    for i in range(1, values.shape[-1]):
+        words = words | (values[..., i] << (num_bits * i))
+    return words
+
+
+def _marlin_tiles(size_k: int, size_n: int, num_bits: int, is_a_8bit: bool) -> tuple[int, int]:
+    """Marlin's tile (rows of K, columns of N), after checking that the
+    sizes are whole tiles and ``num_bits`` one Marlin repacks."""
+    if num_bits not in (4, 8):
+        raise ValueError(f"marlin repack: num_bits 4 or 8, not {num_bits}")
+    tile_k, tile_n = (32, 32) if is_a_8bit else (MARLIN_TILE_K, MARLIN_TILE_N)
+    if size_k % tile_k or size_n % tile_n:
+        raise ValueError(f"marlin repack: size_k {size_k} and size_n {size_n} are not "
+                         f"multiples of the {tile_k}x{tile_n} tile")
+    return tile_k, tile_n
+
+
+def _marlin_repack(b_q_weight: torch.Tensor, size_k: int, size_n: int, num_bits: int,
+                   is_a_8bit: bool) -> torch.Tensor:
+    """``gptq_marlin_repack`` of each ``[K / pack, N]`` matrix of
+    ``b_q_weight`` [..., K / pack, N] (see the module doc)."""
+    tile_k, tile_n = _marlin_tiles(size_k, size_n, num_bits, is_a_8bit)
+    pack = 32 // num_bits
+    lead = tuple(b_q_weight.shape[:-2])
+    batch = torch.Size(lead).numel()
+    if tuple(b_q_weight.shape[-2:]) != (size_k // pack, size_n):
+        raise ValueError(f"marlin repack: a weight [{size_k // pack}, {size_n}] "
+                         f"(size_k / {pack}, size_n), not {tuple(b_q_weight.shape[-2:])}")
+    if b_q_weight.dtype != torch.int32:
+        raise ValueError(f"marlin repack: an int32 weight, not {b_q_weight.dtype}")
+    split_k, split_n = _MARLIN_SPLIT[is_a_8bit]
+    values = unpack_gptq(b_q_weight, num_bits).reshape(
+        batch, size_k // tile_k, *split_k, size_n // tile_n, *split_n)
+    order = (0,) + tuple(1 + a for a in _MARLIN_ORDER[(num_bits, is_a_8bit)])
+    ordered = values.permute(order).reshape(batch, size_k // 16, size_n * 16 // pack, pack)
+    return _pack_last(ordered, num_bits).reshape(*lead, size_k // 16, size_n * 16 // pack)
+
+
+def gptq_marlin_repack(b_q_weight: torch.Tensor, size_k: int, size_n: int, num_bits: int,
+                       is_a_8bit: bool = False) -> torch.Tensor:
+    """vLLM ``gptq_marlin_repack`` (``torch.ops._C``, no act-order
+    permutation): the GPTQ int32 weight [size_k / pack, size_n] as
+    Marlin's int32 [size_k / 16, size_n * 16 / pack] (see the module doc).
+    Torch ops only: it runs on meta tensors."""
+    if b_q_weight.dim() != 2:
+        raise ValueError(f"gptq_marlin_repack: a 2-d weight, not {b_q_weight.dim()}-d")
+    return _marlin_repack(b_q_weight, size_k, size_n, num_bits, is_a_8bit)
+
+
+def gptq_marlin_moe_repack(b_q_weight: torch.Tensor, size_k: int, size_n: int,
+                           num_bits: int, is_a_8bit: bool = False) -> torch.Tensor:
+    """vLLM ``_custom_ops.gptq_marlin_moe_repack``: ``gptq_marlin_repack``
+    of each expert of ``b_q_weight`` [E, size_k / pack, size_n], as
+    [E, size_k / 16, size_n * num_bits / 2]."""
+    if b_q_weight.dim() != 3:
+        raise ValueError(f"gptq_marlin_moe_repack: a 3-d weight, not {b_q_weight.dim()}-d")
+    return _marlin_repack(b_q_weight, size_k, size_n, num_bits, is_a_8bit)
