@@ -297,4 +297,3 @@ def test_a_restarted_worker_traces_its_rearranged_layers_again(models, tmp_path)
         assert plan["rearranged"] == before["rearranged"] and plan["processed"] == []
     finally:
         again.close()
-

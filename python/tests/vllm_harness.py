@@ -998,4 +998,3 @@ def plan_ranks(families, root: str, layouts: list[tuple[int, int]], seed: int = 
             if p.is_alive():
                 p.kill()
     return results
-

@@ -183,16 +183,16 @@ def _deepgemm(arch_major: int) -> None:
                                                           *cpu]
 
 
-def _no_kernel_object(method_class) -> None:
+def _no_kernel_object(method_class, maker: str = "_init_moe_kernel") -> None:
     """The MoE method makes no kernel object (a CUDA runner, used only to
-    run the layer); the weights' processing, which runs before it, is
-    untouched."""
+    run the layer) in its method ``maker``; the weights' processing, which
+    runs before it, is untouched."""
 
-    def _init_moe_kernel(self, layer) -> None:
+    def make(self, layer) -> None:
         self.moe_quant_config = self.get_fused_moe_quant_config(layer)
         self.moe_kernel = _NoKernel()
 
-    method_class._init_moe_kernel = _init_moe_kernel
+    setattr(method_class, maker, make)
 
 
 class _NoKernel:
@@ -313,12 +313,7 @@ def _marlin_int4_moe() -> None:
     MarlinExpertsBase._supports_current_device = staticmethod(lambda: True)
     # The oracle calls it through the module.
     ops.gptq_marlin_moe_repack = kernel_refs.gptq_marlin_moe_repack
-
-    def _setup_kernel(self, layer) -> None:
-        self.moe_quant_config = self.get_fused_moe_quant_config(layer)
-        self.moe_kernel = _NoKernel()
-
-    CompressedTensorsWNA16MoEMethod._setup_kernel = _setup_kernel
+    _no_kernel_object(CompressedTensorsWNA16MoEMethod, "_setup_kernel")
 
 
 class _CudaPlatform:
