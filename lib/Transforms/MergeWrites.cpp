@@ -88,8 +88,11 @@ void MergeWritesPass::runOnOperation() {
 }
 
 void MergeWritesPass::runOnCheckpoint(CheckpointOp checkpoint) {
-  SmallVector<WriteOp> writes =
-      llvm::to_vector(checkpoint.getBlock().getOps<WriteOp>());
+  // A transforming write's region holds atoms, not the box's elements:
+  // it is never merged with another.
+  SmallVector<WriteOp> writes = llvm::to_vector(llvm::make_filter_range(
+      checkpoint.getBlock().getOps<WriteOp>(),
+      [](WriteOp w) { return !w.getTransform(); }));
   if (writes.size() < 2)
     return;
   std::vector<PlainWrite> out;
@@ -132,7 +135,7 @@ void MergeWritesPass::runOnCheckpoint(CheckpointOp checkpoint) {
     WriteOp::create(builder, p.loc, p.target,
                     BoxAttr::get(ctx, p.starts, p.stops),
                     RegionAttr::get(ctx, p.offset, p.shape, p.stride),
-                    p.dtype);
+                    p.dtype, StringAttr());
   for (WriteOp w : writes)
     w.erase();
 }

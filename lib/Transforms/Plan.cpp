@@ -116,7 +116,8 @@ FailureOr<Plan> loadplan::buildPlan(ModuleOp module) {
         convertTo = dtypeCodes.lookup(*dtype);
       e.writes.push_back(PlanWrite{
           targetIndex.lookup(write.getTargetAttr().getAttr()), boxIndex,
-          r.getOffset(), r.getShape().vec(), r.getStride().vec(), convertTo});
+          r.getOffset(), r.getShape().vec(), r.getStride().vec(), convertTo,
+          write.getTransformCode()});
     }
     e.kind = e.writes.empty() ? LOADPLAN_KIND_UNNEEDED : LOADPLAN_KIND_DIRECT;
   }

@@ -294,7 +294,7 @@ void ToBoxesPass::runOnOperation() {
         }
         for (const BoxRegion &w : *reduced)
           WriteOp::create(builder, copy.getLoc(), copy.getTargetAttr(),
-                          w.first, w.second, convertTo);
+                          w.first, w.second, convertTo, StringAttr());
         eraseWithDeadSource(copy);
         ++numWrites;
       } else if (empty) {

@@ -69,10 +69,7 @@ def copy_with_torch(plan: LoadPlan, direct: list[tuple[str, torch.Tensor]]) -> N
     the runtime cannot bind (on several devices, say)."""
     for name, full in direct:
         for d in plan.dests(name):
-            part = full if d.whole else full[d.index]
-            if d.split:
-                # The region splits box dims; splitting a dim is always
-                # a view, so this copies nothing.
-                part = part.view(d.view.shape)
-            d.view.copy_(part)
+            # A region that splits box dims takes a view (splitting a dim
+            # is always one), which copies nothing; a transform computes.
+            d.view.copy_(d.transformed(full if d.whole else full[d.index]))
 

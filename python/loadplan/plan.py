@@ -80,6 +80,10 @@ class Write:
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     convert_to: torch.dtype | None = None
+    # A transform's name ("marlin_w4"): the box's atoms are written as the
+    # engine's kernel lays them out, the region splitting the transform's
+    # output shape instead of the box's.
+    transform: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,19 @@ class Dest:
     index: tuple[slice, ...]  # the box as an index of the full tensor
     whole: bool  # the box is the whole tensor
     split: bool  # the region splits some of the box's dims
+    # The write's transform ("marlin_w4"), or None: ``transformed`` gives
+    # what the region receives.
+    transform: str | None = None
+
+    def transformed(self, part: torch.Tensor) -> torch.Tensor:
+        """What the region receives of the box ``part``: itself, or its
+        transform's output (shaped as the region)."""
+        if self.transform is None:
+            return part.view(self.view.shape) if self.split else part
+        if self.transform != "marlin_w4":
+            raise ValueError(f"unknown transform {self.transform!r}")
+        from .vllm.kernel_refs import marlin_w4_transform
+        return marlin_w4_transform(part).reshape(self.view.shape)
 
 
 @dataclass(frozen=True)
@@ -213,7 +230,8 @@ class Entries(Mapping[str, Entry]):
             writes = tuple(
                 Write(self._target_names[w["target"]], _box(w["box"]), w["region"]["offset"],
                       tuple(w["region"]["shape"]), tuple(w["region"]["stride"]),
-                      _runtime.dtype_of(w["convert_to"]) if "convert_to" in w else None)
+                      _runtime.dtype_of(w["convert_to"]) if "convert_to" in w else None,
+                      w.get("transform"))
                 for w in e["writes"]
             )
         return Entry(
@@ -347,6 +365,7 @@ class LoadPlan:
                 box, view, tuple(slice(a, b) for a, b in box),
                 all(a == 0 and b == n for (a, b), n in zip(box, shape)),
                 tuple(region["shape"]) != tuple(b - a for a, b in box),
+                w.get("transform"),
             ))
         return tuple(parts)
 

@@ -20,7 +20,10 @@ import torch
 from .plan import LoadPlan, ParamMeta
 
 
-FORMAT = 5
+# The store's format, in every key: a new sidecar field or plan file format
+# (6: plan files of version 4, with transforming writes) bumps it, so plans
+# stored before are keyed apart and made again, not refused on opening.
+FORMAT = 6
 
 
 def plan_dir(configured: str | None) -> Path:

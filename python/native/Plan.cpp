@@ -144,6 +144,8 @@ struct PlanMethods {
       write["region"] = region;
       if (wi.dtype != e.dtype)
         write["convert_to"] = wi.dtype;
+      if (wi.transform)
+        write["transform"] = std::string(loadplan_transform_name(wi.transform));
       writes.append(write);
     }
     out["writes"] = writes;

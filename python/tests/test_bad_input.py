@@ -296,7 +296,7 @@ PLAN_FILES = [
     ("bad_magic", lambda d: b"NOTAPLAN" + d[8:], {}, _runtime.InvalidPlan,
      '{path}: not a plan file: the magic is not "LOADPLAN"', False),
     ("bad_version", lambda d: _edit(d, _flip(9)), {}, _runtime.InvalidPlan,
-     "{path}: plan format version 259 is not supported (this runtime reads version 3)",
+     "{path}: plan format version 260 is not supported (this runtime reads version 4)",
      False),
     ("damaged_payload", lambda d: _edit(d, _flip(60)), {}, _runtime.InvalidPlan,
      "{path}: checksum mismatch: the header says {hex} but the payload hashes to {hex} "

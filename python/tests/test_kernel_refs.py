@@ -252,3 +252,163 @@ def test_marlin_repack_runs_on_meta_tensors(num_bits):
         torch.empty(8, 256 // pack, 512, dtype=torch.int32, device="meta"), 256, 512, num_bits,
         is_a_8bit=True)
     assert moe.device.type == "meta" and moe.shape == (8, 256 // 16, 512 * (num_bits // 2))
+
+
+def _random_words(*shape: int, seed: int) -> torch.Tensor:
+    """Random int32 words, every bit pattern (negative words too)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(-2**31, 2**31, shape, dtype=torch.int64, generator=g).to(torch.int32)
+
+
+def _marlin_w4_words(box: torch.Tensor) -> torch.Tensor:
+    """The marlin_w4 transform of ``box`` [R, C], a word at a time, as its
+    definition writes it: word (t, q, 4c + r) holds in nibble 4s + 2b + h
+    the value k = 16t + 8h + 2r + s of row n = 16q + 8b + c."""
+    rows, cols = box.shape
+    words = box.tolist()
+    out = []
+    for t in range(cols // 2):
+        for q in range(rows // 16):
+            for c in range(8):
+                for r in range(4):
+                    word = 0
+                    for s in range(2):
+                        for b in range(2):
+                            for h in range(2):
+                                value = (words[16 * q + 8 * b + c][2 * t + h] >> 4 * (2 * r + s))
+                                word |= (value & 0xF) << 4 * (4 * s + 2 * b + h)
+                    out.append(word - 2**32 if word >= 2**31 else word)
+    return torch.tensor(out, dtype=torch.int32).reshape(cols // 2, rows // 16, 32)
+
+
+@pytest.mark.parametrize("rows, cols", [(16, 2), (32, 4), (48, 2), (16, 6)])
+def test_marlin_w4_transform_is_its_definition(rows, cols):
+    box = _random_words(rows, cols, seed=rows + cols)
+    out = kernel_refs.marlin_w4_transform(box)
+    assert out.shape == (cols // 2, rows // 16, 32) and out.dtype == torch.int32
+    assert torch.equal(out, _marlin_w4_words(box))
+    # A strided box (a sub-block of a larger weight) reads the same.
+    big = _random_words(rows + 16, cols + 4, seed=3)
+    big[16:, 2:cols + 2] = box
+    assert torch.equal(kernel_refs.marlin_w4_transform(big[16:, 2:cols + 2]), out)
+
+
+def _place_whole(words: torch.Tensor, size_n: int, size_k: int) -> torch.Tensor:
+    """The transform of a whole weight [N, K/8] placed as Marlin's repack
+    [K/16, 2N]: atom (t, 4m + w) at row t, words 128m + 4 * lane + w."""
+    out = torch.zeros(size_k // 16, 2 * size_n, dtype=torch.int32)
+    torch.as_strided(out, (size_k // 16, size_n // 64, 4, 32), (2 * size_n, 128, 1, 4)).copy_(
+        words.view(size_k // 16, size_n // 64, 4, 32))
+    return out
+
+
+@pytest.mark.parametrize("size_n, size_k", [(64, 16), (128, 64), (192, 96), (64, 256)])
+def test_marlin_w4_transform_of_a_whole_weight_is_its_marlin_repack(size_n, size_k):
+    ckpt = _random_words(size_n, size_k // 8, seed=size_n + size_k)
+    out = _place_whole(kernel_refs.marlin_w4_transform(ckpt), size_n, size_k)
+    want = kernel_refs.gptq_marlin_repack(ckpt.t().contiguous(), size_k, size_n, 4)
+    assert torch.equal(out, want)
+    if (size_n, size_k) == (128, 64):  # and vLLM's own reference of the repack
+        values = kernel_refs.unpack_gptq(ckpt.t(), 4)
+        assert torch.equal(out, _marlin_want(values, 4, False))
+    # The regions say the same: one, the whole weight.
+    (region,) = kernel_refs.marlin_w4_regions(size_n, size_k, 0, 0, size_n, size_k // 8)
+    assert region == (0, size_n, 0, (size_k // 16, size_n // 64, 4, 32), (2 * size_n, 128, 1, 4))
+
+
+def _place_atoms(out: torch.Tensor, words: torch.Tensor, row0: int, col0: int) -> None:
+    """The transform ``words`` [C/2, R/16, 32] of the box at row ``row0``,
+    word ``col0`` of a weight, written into that weight's repack ``out``
+    [K/16, 2N] an atom at a time: atom (t, q) of the box is atom (T, Q) =
+    (t + col0 / 2, q + row0 / 16) of the weight, at row T, words
+    128 * (Q // 4) + 4 * lane + Q % 4."""
+    for t in range(words.shape[0]):
+        for q in range(words.shape[1]):
+            big_t, big_q = t + col0 // 2, q + row0 // 16
+            start = 128 * (big_q // 4) + big_q % 4
+            out[big_t, start:start + 128:4] = words[t, q]
+
+
+def _place_regions(out: torch.Tensor, box: torch.Tensor, size_n: int, size_k: int, row0: int,
+                   col0: int) -> None:
+    """``box`` at (``row0``, ``col0``) of a weight [size_n, size_k / 8]
+    written into its repack ``out`` by ``marlin_w4_regions``."""
+    rows, cols = box.shape
+    for region in kernel_refs.marlin_w4_regions(size_n, size_k, row0, col0, rows, cols):
+        part = box[region.row0 - row0:region.row0 - row0 + region.rows]
+        torch.as_strided(out, region.size, region.stride, region.offset).copy_(
+            kernel_refs.marlin_w4_transform(part).view(region.size))
+
+
+# Each shard's rows [start, stop) cut into boxes of these rows and words.
+_SHARD_BOXES = {
+    # N=192 as 2 tensor-parallel shards of 96 rows (6 subtiles), K=96.
+    (192, 96, 2): ([0, 32, 96], [0, 4, 6, 12]),
+    # N=320 as 2 shards of 160 (10 subtiles): boxes across a tile's edge.
+    (320, 64, 2): ([0, 16, 80, 144, 160], [0, 2, 8]),
+    # N=256 as 1 shard, no padding; boxes of whole tiles and part tiles.
+    (256, 32, 1): ([0, 64, 112, 256], [0, 2, 4]),
+}
+
+
+@pytest.mark.parametrize("size_n, size_k, shards", list(_SHARD_BOXES))
+@pytest.mark.parametrize("by_regions", [False, True])
+def test_marlin_w4_boxes_of_a_shard_make_its_padded_repack(size_n, size_k, shards, by_regions):
+    ckpt = _random_words(size_n, size_k // 8, seed=size_n * size_k)
+    row_cuts, col_cuts = _SHARD_BOXES[(size_n, size_k, shards)]
+    shard_n = size_n // shards
+    padded_n = -(-shard_n // 64) * 64  # vLLM pads a shard's rows to whole tiles of 64
+    for shard in range(shards):
+        rows = ckpt[shard * shard_n:(shard + 1) * shard_n]
+        padded = torch.nn.functional.pad(rows, (0, 0, 0, padded_n - shard_n))
+        want = kernel_refs.gptq_marlin_repack(padded.t().contiguous(), size_k, padded_n, 4)
+        out = torch.zeros(size_k // 16, 2 * padded_n, dtype=torch.int32)
+        for r0, r1 in zip(row_cuts, row_cuts[1:]):
+            for c0, c1 in zip(col_cuts, col_cuts[1:]):
+                box = rows[r0:r1, c0:c1]
+                if by_regions:
+                    _place_regions(out, box, padded_n, size_k, r0, c0)
+                else:
+                    _place_atoms(out, kernel_refs.marlin_w4_transform(box), r0, c0)
+        assert torch.equal(out, want)
+        # The padding's words: zero in the repack, written by no box.
+        pad_words = torch.zeros_like(out, dtype=torch.bool)
+        _place_atoms(pad_words, torch.ones(size_k // 16, (padded_n - shard_n) // 16, 32,
+                                           dtype=torch.bool), shard_n, 0)
+        assert int(pad_words.sum()) == (padded_n - shard_n) * size_k // 8
+        assert not out[pad_words].any()
+        assert out[~pad_words].any()
+
+
+def test_marlin_w4_regions_split_at_tile_edges():
+    # Rows 16..176 of N=256: subtiles 1-3 (tile 0), tile 1, subtiles 8-10 (tile 2).
+    regions = kernel_refs.marlin_w4_regions(256, 64, 16, 2, 160, 4)
+    assert regions == [(16, 48, 512 + 1, (2, 1, 3, 32), (512, 128, 1, 4)),
+                       (64, 64, 512 + 128, (2, 1, 4, 32), (512, 128, 1, 4)),
+                       (128, 48, 512 + 256, (2, 1, 3, 32), (512, 128, 1, 4))]
+    # Within one tile: one region.
+    assert kernel_refs.marlin_w4_regions(256, 64, 144, 0, 32, 8) == [
+        (144, 32, 128 * 2 + 1, (4, 1, 2, 32), (512, 128, 1, 4))]
+
+
+def test_marlin_w4_runs_on_meta_tensors_and_refuses_what_is_not_whole_atoms():
+    out = kernel_refs.marlin_w4_transform(
+        torch.empty(4096, 512, dtype=torch.int32, device="meta"))
+    assert out.device.type == "meta" and out.dtype == torch.int32
+    assert out.shape == (256, 256, 32)
+    assert kernel_refs.MARLIN_W4_ATOM == (16, 2)
+    with pytest.raises(ValueError, match="int32 box"):
+        kernel_refs.marlin_w4_transform(torch.zeros(16, 2, dtype=torch.int64))
+    with pytest.raises(ValueError, match="2-d box"):
+        kernel_refs.marlin_w4_transform(torch.zeros(2, 16, 2, dtype=torch.int32))
+    for rows, cols in ((8, 2), (16, 3), (24, 4)):
+        with pytest.raises(ValueError, match="not whole atoms"):
+            kernel_refs.marlin_w4_transform(torch.zeros(rows, cols, dtype=torch.int32))
+    with pytest.raises(ValueError, match="row0 8"):
+        kernel_refs.marlin_w4_regions(128, 64, 8, 0, 16, 2)
+    with pytest.raises(ValueError, match="cols 3"):
+        kernel_refs.marlin_w4_regions(128, 64, 0, 0, 16, 3)
+    with pytest.raises(ValueError, match="outside the weight"):
+        kernel_refs.marlin_w4_regions(128, 64, 0, 6, 16, 4)
+    with pytest.raises(ValueError, match="tile"):
+        kernel_refs.marlin_w4_regions(96, 64, 0, 0, 16, 2)

@@ -44,6 +44,59 @@ int64_t loadplan::mergeDims(std::vector<ByteDim> &dims, int64_t itemSize,
   return run;
 }
 
+int64_t Copy::granule() const {
+  if (transforms()) {
+    uint32_t dtype;
+    int64_t rows, cols, words;
+    loadplan_transform_atom(transform, &dtype, &rows, &cols, &words);
+    return words * itemSize;
+  }
+  return converts() ? itemSize : 1;
+}
+
+/// The copy of transforming write `w` of entry `ei`, whose box starts at
+/// `srcOffset` in a source of strides `srcStrides` (elements of itemSize
+/// bytes) and whose region starts at `dst`; appends its dims to `allDims`.
+static Copy transformingCopy(const Plan &plan, uint32_t ei, const Write &w,
+                             int64_t srcOffset,
+                             const std::vector<int64_t> &srcStrides,
+                             int64_t itemSize, uint8_t *dst, uint32_t firstDim,
+                             std::vector<ByteDim> &allDims) {
+  const Entry &e = plan.entries[ei];
+  uint32_t dtype;
+  int64_t rows, cols, words;
+  loadplan_transform_atom(w.transform, &dtype, &rows, &cols, &words);
+  // The region's dims in the output's order; merged where the destination
+  // is contiguous (the order is the output's, so never sorted).
+  std::vector<ByteDim> dims;
+  for (size_t k = 0; k < w.shape.size(); ++k) {
+    if (w.shape[k] == 1)
+      continue;
+    ByteDim d{w.shape[k], 0, w.stride[k] * itemSize};
+    if (!dims.empty() && dims.back().dstStride == d.dstStride * d.size)
+      dims.back() = {dims.back().size * d.size, 0, d.dstStride};
+    else
+      dims.push_back(d);
+  }
+  Copy c;
+  c.entry = ei;
+  c.box = plan.firstBox[ei] + w.box;
+  c.srcOffset = srcOffset;
+  c.dst = dst;
+  c.run = itemSize;
+  c.rows = e.boxes[w.box].volume();
+  c.firstDim = firstDim;
+  c.numDims = static_cast<uint32_t>(dims.size());
+  c.itemSize = static_cast<uint32_t>(itemSize);
+  c.srcItemSize = static_cast<uint32_t>(itemSize);
+  c.transform = w.transform;
+  c.srcRowStride = srcStrides[0] * itemSize;
+  c.srcColStride = srcStrides[1] * itemSize;
+  c.atomRows = e.boxes[w.box].extent(0) / rows;
+  allDims.insert(allDims.end(), dims.begin(), dims.end());
+  return c;
+}
+
 Copies loadplan::buildCopies(const Plan &plan, SourceForm form,
                              const std::vector<uint8_t *> &storageBases) {
   Copies out;
@@ -73,6 +126,14 @@ Copies loadplan::buildCopies(const Plan &plan, SourceForm form,
       } else {
         srcStrides = contiguousStrides(extents);
       }
+      const Target &t = plan.targets[w.target];
+      if (w.transform) {
+        out.copies.push_back(transformingCopy(
+            plan, ei, w, srcOffset, srcStrides, itemSize,
+            storageBases[t.storage] + t.byteOffset + w.offset * itemSize,
+            static_cast<uint32_t>(out.dims.size()), out.dims));
+        continue;
+      }
       // The region splits each box dim into consecutive dims (the parser
       // checked), innermost last: walk both from the inside.
       dims.clear();
@@ -91,7 +152,6 @@ Copies loadplan::buildCopies(const Plan &plan, SourceForm form,
           acc *= w.shape[j];
         }
       }
-      const Target &t = plan.targets[w.target];
       Copy c;
       c.entry = ei;
       c.box = plan.firstBox[ei] + w.box;

@@ -48,10 +48,24 @@ struct Copy {
   /// LOADPLAN_DTYPE_INVALID for a byte copy; else the dtypes converted.
   uint32_t convertFrom = LOADPLAN_DTYPE_INVALID;
   uint32_t convertTo = LOADPLAN_DTYPE_INVALID;
+  /// LOADPLAN_TRANSFORM_NONE for a copy of elements; else the transform
+  /// applied (loadplan/transform.h). A transforming copy writes one word per
+  /// row (`run` is itemSize): row i is word i of the transform's output, and
+  /// its dims, in that order, place it (their srcStride is 0). It reads its
+  /// box from srcOffset, rows srcRowStride bytes apart and columns
+  /// srcColStride, with atomRows atoms down the rows.
+  uint32_t transform = LOADPLAN_TRANSFORM_NONE;
+  int64_t srcRowStride = 0;
+  int64_t srcColStride = 0;
+  int64_t atomRows = 0;
 
   /// Destination bytes.
   int64_t bytes() const { return run * rows; }
   bool converts() const { return convertTo != LOADPLAN_DTYPE_INVALID; }
+  bool transforms() const { return transform != LOADPLAN_TRANSFORM_NONE; }
+  /// Destination bytes a piece of this copy holds a multiple of: a
+  /// transform's atom, a converted element, else one byte.
+  int64_t granule() const;
 };
 
 struct Copies {

@@ -191,27 +191,51 @@ void checkWrite(const Plan &plan, const Entry &e, uint32_t index) {
   if (w.box >= e.boxes.size())
     invalid(concat(label(), ": box index ", w.box, " is out of range (",
                    quote(e.name), " has ", e.boxes.size(), " boxes)"));
+  for (size_t k = 0; k < w.shape.size(); ++k)
+    if (w.shape[k] < 0 || w.stride[k] < 0)
+      invalid(concat(label(), ": negative size or stride in its region (shape ",
+                     w.shape, ", stride ", w.stride, ")"));
+  const Box &box = e.boxes[w.box];
+  std::vector<int64_t> extents = box.extents();
+  if (w.transform) {
+    uint32_t dtype;
+    int64_t rows, cols, words;
+    if (!loadplan_transform_atom(w.transform, &dtype, &rows, &cols, &words))
+      invalid(concat(label(), ": unknown transform code ", w.transform,
+                     " (0, or one of LOADPLAN_TRANSFORMS)"));
+    const char *name = loadplan_transform_name(w.transform);
+    if (w.convertTo)
+      invalid(concat(label(), ": transform ", name, " and convert_to ",
+                     dtypeText(w.convertTo),
+                     " together (a transforming write does not convert)"));
+    if (e.dtype != dtype || e.rank() != 2)
+      invalid(concat(label(), ": transform ", name, " reads a 2-d ",
+                     loadplan_dtype_name(dtype), " entry, not a ", e.rank(),
+                     "-d ", dtypeText(e.dtype), " one"));
+    if (extents[0] % rows || extents[1] % cols)
+      invalid(concat(label(), ": box ", boxString(e, w.box),
+                     " is not whole atoms of transform ", name, " (", rows,
+                     " rows by ", cols, " columns)"));
+    // The output: atoms in row-major order over (columns, rows) of atoms,
+    // then each atom's words.
+    extents = {extents[1] / cols, extents[0] / rows, words};
+  }
   if (w.convertTo && !loadplan_convert::isConvertible(e.dtype, w.convertTo))
     invalid(concat(label(), ": converts ", loadplan_dtype_name(e.dtype), " to ",
                    dtypeText(w.convertTo),
                    ", which no executor does (convert_to must be 0, or one "
                    "of bfloat16, float16, float32, float8_e4m3fn and "
                    "float8_e5m2 other than the entry's dtype)"));
-  for (size_t k = 0; k < w.shape.size(); ++k)
-    if (w.shape[k] < 0 || w.stride[k] < 0)
-      invalid(concat(label(), ": negative size or stride in its region (shape ",
-                     w.shape, ", stride ", w.stride, ")"));
-  const Box &box = e.boxes[w.box];
   int64_t regionElements;
   if (!numElements(w.shape, regionElements) || regionElements != box.volume())
     invalid(concat(label(), ": region shape ", w.shape, " does not hold the ",
                    box.volume(), " elements of box ", boxString(e, w.box)));
   if (regionElements == 0)
     return;
-  std::vector<int64_t> extents = box.extents();
   if (!isSplitOf(extents, w.shape))
-    invalid(concat(label(), ": region shape ", w.shape,
-                   " is not the box shape ", extents, " with dims split"));
+    invalid(concat(label(), ": region shape ", w.shape, " is not the ",
+                   w.transform ? "transform's output shape " : "box shape ",
+                   extents, " with dims split"));
 
   const Target &t = plan.targets[w.target];
   int64_t itemSize = loadplan_dtype_size(writtenDtype(e, w));

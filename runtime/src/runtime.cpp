@@ -247,6 +247,7 @@ loadplan_status_t loadplan_plan_write(const loadplan_plan_t *plan,
     out->shape = w.shape.data();
     out->stride = w.stride.data();
     out->dtype = writtenDtype(e, w);
+    out->transform = w.transform;
   });
 }
 

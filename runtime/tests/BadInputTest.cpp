@@ -171,27 +171,27 @@ std::vector<PlanCase> planCases() {
       {"BadMagic", bytesOf([](auto &b) { b[7] = 'X'; }), kInvalidPlan,
        "not a plan file: the magic is not \"LOADPLAN\""},
       {"BadVersion",
-       bytesOf([](auto &b) { storeU32(b.data() + FileHeader::kVersionAt, 4); }),
+       bytesOf([](auto &b) { storeU32(b.data() + FileHeader::kVersionAt, 5); }),
        kInvalidPlan,
-       "plan format version 4 is not supported (this runtime reads version "
-       "3)"},
+       "plan format version 5 is not supported (this runtime reads version "
+       "4)"},
       {"OldVersion",
        bytesOf([](auto &b) { storeU32(b.data() + FileHeader::kVersionAt, 2); }),
        kInvalidPlan,
        "plan format version 2 is not supported (this runtime reads version "
-       "3); the plan was written by an older compiler: compile it again"},
+       "4); the plan was written by an older compiler: compile it again"},
       {"BadHeaderSize", bytesOf([](auto &b) {
          storeU32(b.data() + FileHeader::kHeaderSizeAt, 32);
        }),
        kInvalidPlan, "header size is 32, not 40"},
       {"TruncatedPayload", bytesOf([](auto &b) { b.pop_back(); }), kInvalidPlan,
-       "plan is truncated: the header announces a payload of 1339 bytes but "
-       "1338 follow"},
+       "plan is truncated: the header announces a payload of 1367 bytes but "
+       "1366 follow"},
       {"BytesAfterPayload", bytesOf([](auto &b) { b.push_back(0); }),
        kInvalidPlan, "1 bytes follow the payload the header announces"},
       {"ChecksumMismatch", bytesOf([](auto &b) { b[60] ^= 1; }), kInvalidPlan,
-       "checksum mismatch: the header says 0xb68c399b8685bd7f but the payload "
-       "hashes to 0x2525f74b62e25849 (the file is damaged)"},
+       "checksum mismatch: the header says 0x0f0af5a8f89f4560 but the payload "
+       "hashes to 0xed22cf9ee1788958 (the file is damaged)"},
       {"FingerprintNotOfTargets",
        bytesOf([](auto &b) { b[FileHeader::kFingerprintAt] ^= 1; }),
        kInvalidPlan,
@@ -202,20 +202,20 @@ std::vector<PlanCase> planCases() {
        kInvalidPlan,
        "plan is truncated: 6 targets need at least 168 bytes but 52 are left "
        "at byte 88"},
-      {"PayloadCutInAnEntry", payloadOf([](auto &b) { b.resize(708); }),
+      {"PayloadCutInAnEntry", payloadOf([](auto &b) { b.resize(716); }),
        kInvalidPlan,
-       "plan is truncated: entry 1 dtype at byte 748 needs 4 bytes but 0 are "
+       "plan is truncated: entry 1 dtype at byte 756 needs 4 bytes but 0 are "
        "left"},
       {"HugeStorageCount", payloadOf([](auto &b) { storeU32(b.data(), ~0u); }),
        kInvalidPlan,
        "plan is truncated: 4294967295 storages need at least 34359738360 "
-       "bytes but 1335 are left at byte 44"},
+       "bytes but 1363 are left at byte 44"},
       {"StorageOf2To63Bytes",
        planOf([](TestPlan &p) { p.storageSizes[1] = uint64_t(1) << 63; }),
        kInvalidPlan, "storage 1 has 9223372036854775808 bytes, more than 2^63"},
       {"BytesAfterTheLastEntry", payloadOf([](auto &b) { b.push_back(0); }),
        kInvalidPlan,
-       "1 bytes after the last entry at byte 1379 are not part of the format"},
+       "1 bytes after the last entry at byte 1407 are not part of the format"},
       // Targets.
       {"TargetStorageOutOfRange",
        planOf([](TestPlan &p) { p.targets[1].storage = 9; }), kInvalidPlan,

@@ -270,19 +270,23 @@ TEST(DeviceCode, KernelArithmeticMatchesTheReference) {
   }
 }
 
-TEST(Executor, ConvertingWrites) {
-  TestPlan p = convertingPlan();
+TEST(Executor, ConvertingAndTransformingWrites) {
   std::mt19937_64 rng(7);
-  for (uint32_t threads : {1u, 3u})
-    for (SourceForm form : {SourceForm::Tensor, SourceForm::Box})
-      checkAgainstReference(p, threads, form, rng);
+  for (const TestPlan &p : {convertingPlan(), transformingPlan()})
+    for (uint32_t threads : {1u, 3u})
+      for (SourceForm form : {SourceForm::Tensor, SourceForm::Box})
+        checkAgainstReference(p, threads, form, rng);
 }
 
-TEST(Pieces, ConvertingCopiesAreCutBetweenElements) {
-  TestPlan p = convertingPlan();
+/// Cuts the copies of `p` into pieces of each of `pieceSizes` bytes and
+/// runs the pieces one by one: each must be whole granules of its copy (a
+/// converted element, a transform's atom), and memory as the reference
+/// leaves it.
+void checkPiecesAreWholeGranules(const TestPlan &p, uint64_t seed,
+                                 std::initializer_list<int64_t> pieceSizes) {
   std::unique_ptr<Plan> plan = parse(p);
-  std::mt19937_64 rng(8);
-  for (int64_t pieceBytes : {1, 3, 6, 1000})
+  std::mt19937_64 rng(seed);
+  for (int64_t pieceBytes : pieceSizes)
     for (SourceForm form : {SourceForm::Tensor, SourceForm::Box}) {
       Scenario scenario(p, rng);
       Copies copies = copiesOf(*plan, scenario.memory, form);
@@ -291,10 +295,8 @@ TEST(Pieces, ConvertingCopiesAreCutBetweenElements) {
       cutPieces(copies, pieceBytes, pieces, entryBegin);
       for (const Piece &piece : pieces) {
         const Copy &c = copies.copies[piece.copy];
-        if (c.converts()) {
-          ASSERT_EQ(piece.begin % c.itemSize, 0);
-          ASSERT_EQ(piece.end % c.itemSize, 0);
-        }
+        ASSERT_EQ(piece.begin % c.granule(), 0);
+        ASSERT_EQ(piece.end % c.granule(), 0);
         copyPiece(c, copies.dimsOf(c), sourceOf(*plan, scenario.update, c, form),
                   piece.begin, piece.end, 0);
       }
@@ -303,17 +305,86 @@ TEST(Pieces, ConvertingCopiesAreCutBetweenElements) {
     }
 }
 
-TEST(DeviceCode, ConvertingWritesMatchTheReference) {
-  TestPlan p = convertingPlan();
+TEST(Pieces, ConvertingCopiesAreCutBetweenElements) {
+  checkPiecesAreWholeGranules(convertingPlan(), 8, {1, 3, 6, 1000});
+}
+
+/// Runs the device code on the CPU for `p`'s writes with sources shifted
+/// by each of `misaligns` bytes: memory as the reference leaves it, and no
+/// access the GPU would fault on.
+void checkDeviceCode(const TestPlan &p, uint64_t seed,
+                     std::initializer_list<size_t> misaligns) {
   std::unique_ptr<Plan> plan = parse(p);
-  std::mt19937_64 rng(9);
-  for (size_t misalign : {0, 1, 2})
+  std::mt19937_64 rng(seed);
+  for (size_t misalign : misaligns)
     for (SourceForm form : {SourceForm::Tensor, SourceForm::Box}) {
       Scenario scenario(p, rng);
+      misalignedDeviceAccesses = 0;
       emulateDevice(*plan, scenario.memory, scenario.update, form, misalign);
       ASSERT_EQ(scenario.memory.storages, scenario.expected)
           << "misaligned by " << misalign;
+      ASSERT_EQ(misalignedDeviceAccesses, 0u);
     }
+}
+
+TEST(DeviceCode, ConvertingWritesMatchTheReference) {
+  checkDeviceCode(convertingPlan(), 9, {0, 1, 2});
+}
+
+// One known atom, worked by hand from the layout: row 8b + c, word h of
+// the source holds, in nibble 2r + s, the value that lands in nibble
+// 4s + 2b + h of lane 4c + r.
+TEST(Executor, TransformingWriteOfOneAtom) {
+  TestPlan p;
+  p.storageSizes = {4 * 32};
+  p.addTarget({"m", "w", 0, 0, LOADPLAN_DTYPE_INT32, {32}, {1}});
+  p.entries.push_back({"w", LOADPLAN_KIND_DIRECT, LOADPLAN_DTYPE_INT32,
+                       {16, 2}, std::nullopt, {{{0, 0}, {16, 2}}},
+                       {{0, 0, 0, {32}, {1}, 0, LOADPLAN_TRANSFORM_MARLIN_W4}}});
+  // Every nibble of the source distinct in its low 4 bits' position: value
+  // (n, k) is (n + k) % 16.
+  uint32_t src[32];
+  for (int n = 0; n < 16; ++n)
+    for (int h = 0; h < 2; ++h) {
+      uint32_t word = 0;
+      for (int i = 0; i < 8; ++i)
+        word |= uint32_t((n + 8 * h + i) % 16) << (4 * i);
+      src[2 * n + h] = word;
+    }
+  PlanPtr plan = openPlan(p);
+  ASSERT_TRUE(plan);
+  Memory memory(p);
+  BindingPtr binding = bindPlan(plan.get(), memory);
+  int64_t shape[2] = {16, 2};
+  loadplan_tensor_t t{"w", 1, src, LOADPLAN_DTYPE_INT32, 2, shape};
+  ASSERT_TRUE(isOk(loadplan_apply_tensors(binding.get(), &t, 1, nullptr)));
+  uint32_t out[32];
+  std::memcpy(out, memory.storages[0].data(), sizeof out);
+  // Lane 4c + r, nibble 4s + 2b + h: (n, k) = (8b + c, 8h + 2r + s).
+  for (uint32_t c = 0; c < 8; ++c)
+    for (uint32_t r = 0; r < 4; ++r) {
+      uint32_t expected = 0;
+      for (uint32_t s2 = 0; s2 < 2; ++s2)
+        for (uint32_t b = 0; b < 2; ++b)
+          for (uint32_t h = 0; h < 2; ++h)
+            expected |= ((8 * b + c + 8 * h + 2 * r + s2) % 16)
+                        << (4 * (4 * s2 + 2 * b + h));
+      EXPECT_EQ(out[4 * c + r], expected) << "lane " << 4 * c + r;
+    }
+}
+
+TEST(Pieces, TransformingCopiesAreCutBetweenAtoms) {
+  TestPlan p = transformingPlan();
+  std::unique_ptr<Plan> plan = parse(p);
+  Memory memory(p);
+  Copies copies = copiesOf(*plan, memory, SourceForm::Box);
+  EXPECT_EQ(copies.copies[0].granule(), 128); // 32 words
+  checkPiecesAreWholeGranules(p, 12, {1, 100, 128, 1000});
+}
+
+// int32 sources are 4-aligned wherever they come from.
+TEST(DeviceCode, TransformingWritesMatchTheReference) {
+  checkDeviceCode(transformingPlan(), 13, {0, 4});
 }
 
 TEST(DeviceCode, RefusesCopiesWithTooManyDims) {

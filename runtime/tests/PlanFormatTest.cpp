@@ -114,6 +114,7 @@ void expectSameWrite(const PlanWrite &a, const PlanWrite &b) {
   EXPECT_EQ(a.shape, b.shape);
   EXPECT_EQ(a.stride, b.stride);
   EXPECT_EQ(a.convertTo, b.convertTo);
+  EXPECT_EQ(a.transform, b.transform);
 }
 
 TEST(PlanFields, ReadBackWhatTheEncoderWrote) {
@@ -125,7 +126,8 @@ TEST(PlanFields, ReadBackWhatTheEncoderWrote) {
   PlanEntry direct{"e.0", LOADPLAN_KIND_DIRECT, bf16, {4, 2}, std::nullopt,
                    {{{0, 0}, {4, 2}}, {{2, 0}, {4, 1}}},
                    {{0, 0, 0, {8}, {1}},
-                    {0, 1, 8, {2}, {1}, LOADPLAN_DTYPE_FLOAT32}}};
+                    {0, 1, 8, {2}, {1}, LOADPLAN_DTYPE_FLOAT32},
+                    {0, 0, 0, {8}, {1}, 0, LOADPLAN_TRANSFORM_MARLIN_W4}}};
   PlanEntry fallback{"scale", LOADPLAN_KIND_FALLBACK, LOADPLAN_DTYPE_FLOAT32,
                      {}, "reads a value", {{}}, {}};
   PlanEntry unneeded{"far", LOADPLAN_KIND_UNNEEDED, bf16, {1, 2, 3, 4, 5, 6},

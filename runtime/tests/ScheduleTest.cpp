@@ -443,6 +443,24 @@ TEST_F(ScheduleBuild, RefusesSpecsItCannotServe) {
                       LOADPLAN_STATUS_INVALID_ARGUMENT, "spec is NULL"));
 }
 
+// A transform places atoms, not a box's elements: until schedules cut and
+// land pieces on atoms, a plan with one is refused, by name.
+TEST(ScheduleBuildTransforms, RefusesAPlanThatTransforms) {
+  TestPlan p = transformingPlan();
+  PlanPtr plan = openPlan(p);
+  ASSERT_TRUE(plan);
+  ScheduleDecl d;
+  d.world = 2;
+  d.tensors = tensorsOf(p);
+  d.senders = {{0, 0, wholeOf(d.tensors)}};
+  d.receivers = {{1, 0, false, plan.get()}};
+  loadplan_schedule_t *out = nullptr;
+  EXPECT_TRUE(isError(d.build(&out), LOADPLAN_STATUS_UNAVAILABLE,
+                      "name 'gate_proj': its plan writes it through transform "
+                      "marlin_w4, which transfers do not apply yet"));
+  EXPECT_EQ(out, nullptr);
+}
+
 //===----------------------------------------------------------------------===//
 // Messages and overlapping rounds
 //===----------------------------------------------------------------------===//

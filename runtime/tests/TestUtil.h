@@ -150,6 +150,39 @@ inline Update makeUpdate(const TestPlan &plan, std::mt19937_64 &rng,
 }
 
 /// The reference: every element of every write of the names in `update`,
+/// Transforming write `w` (MARLIN_W4) of `box` from the row-major int32
+/// tensor `src` (element strides `strides`) into `target`, value by value
+/// from the layout's definition (where each 4-bit value of the box lands),
+/// not from transform.h's word-by-word code.
+inline void applyMarlinW4Reference(const TestWrite &w, const TestBox &box,
+                                   const std::vector<int64_t> &strides,
+                                   const uint8_t *src, uint8_t *target) {
+  std::vector<int64_t> extents = box.extents();
+  int64_t atomRows = extents[0] / 16;
+  for (int64_t n = 0; n < extents[0]; ++n)
+    for (int64_t k = 0; k < extents[1] * 8; ++k) {
+      uint32_t word;
+      std::memcpy(&word,
+                  src + 4 * ((box.lo[0] + n) * strides[0] +
+                             (box.lo[1] + k / 8) * strides[1]),
+                  4);
+      uint32_t value = (word >> (4 * (k % 8))) & 0xF;
+      int64_t t = k / 16, h = k % 16 / 8, r = k % 8 / 2, s = k % 2;
+      int64_t q = n / 16, b = n % 16 / 8, c = n % 8;
+      int64_t index = (t * atomRows + q) * 32 + 4 * c + r;
+      int64_t dst = w.offset;
+      for (size_t d = w.shape.size(); d-- > 0;) {
+        dst += index % w.shape[d] * w.stride[d];
+        index /= w.shape[d];
+      }
+      uint32_t out;
+      std::memcpy(&out, target + 4 * dst, 4);
+      int shift = int(4 * (4 * s + 2 * b + h));
+      out = (out & ~(0xFu << shift)) | (value << shift);
+      std::memcpy(target + 4 * dst, &out, 4);
+    }
+}
+
 /// one at a time, straight from the definitions in plan_format.h.
 inline void applyReference(const TestPlan &plan, Memory &memory,
                            const Update &update) {
@@ -166,6 +199,10 @@ inline void applyReference(const TestPlan &plan, Memory &memory,
       const TestTarget &t = plan.targets[w.target];
       uint8_t *target = memory.base(t.storage) + t.byteOffset;
       int64_t n = product(extents);
+      if (w.transform) {
+        applyMarlinW4Reference(w, box, strides, it->second.data(), target);
+        continue;
+      }
       for (int64_t i = 0; i < n; ++i) {
         int64_t rest = i, src = 0;
         for (size_t k = extents.size(); k-- > 0;) {
@@ -285,6 +322,39 @@ inline TestPlan convertingPlan() {
   return p;
 }
 
+
+/// Transforming writes (MARLIN_W4) as vLLM's Marlin MoE layers take them at
+/// tensor parallelism 2, rank 0: an expert's gate and up [192, 8] (N = 192
+/// rows, K = 64) whose 96 rows this rank holds, padded to 128, in the
+/// repacked w13 [4, 512] (gate then up, 256 words each); its down [64, 24]
+/// (K = 192) whose 12 words this rank holds, padded to 16, in w2 [8, 128]
+/// (rows 6 and 7: the padding, never written). 96 rows are one tile of 64
+/// and two subtiles of 16: two writes, the tile's region split [4, 1, 4,
+/// 32]. Next to them, a plain int32 copy.
+inline TestPlan transformingPlan() {
+  TestPlan p;
+  constexpr uint32_t i32 = LOADPLAN_DTYPE_INT32;
+  constexpr uint32_t marlin = LOADPLAN_TRANSFORM_MARLIN_W4;
+  p.storageSizes = {4 * 4 * 512, 4 * 8 * 128, 4 * 2};
+  uint32_t w13 = p.addTarget({"experts", "w13_weight_packed", 0, 0, i32,
+                              {4, 512}, {512, 1}});
+  uint32_t w2 = p.addTarget({"experts", "w2_weight_packed", 1, 0, i32,
+                             {8, 128}, {128, 1}});
+  uint32_t shape = p.addTarget({"experts", "w2_weight_shape", 2, 0, i32,
+                                {2}, {1}});
+  for (int64_t half = 0; half < 2; ++half)
+    p.entries.push_back(
+        {half ? "up_proj" : "gate_proj", LOADPLAN_KIND_DIRECT, i32, {192, 8},
+         std::nullopt, {{{0, 0}, {64, 8}}, {{64, 0}, {96, 8}}},
+         {{w13, 0, 256 * half, {4, 1, 4, 32}, {512, 128, 1, 4}, 0, marlin},
+          {w13, 1, 256 * half + 128, {4, 2, 32}, {512, 1, 4}, 0, marlin}}});
+  p.entries.push_back({"down_proj", LOADPLAN_KIND_DIRECT, i32, {64, 24},
+                       std::nullopt, {{{0, 0}, {64, 12}}},
+                       {{w2, 0, 0, {6, 4, 32}, {128, 1, 4}, 0, marlin}}});
+  p.entries.push_back({"down_shape", LOADPLAN_KIND_DIRECT, i32, {2},
+                       std::nullopt, {{{0}, {2}}}, {{shape, 0, 0, {2}, {1}}}});
+  return p;
+}
 
 /// Random plans: entries of rank 1 to 3 and dtypes of 1 to 8 bytes, with
 /// several boxes each going to one or two destinations whose dims are split

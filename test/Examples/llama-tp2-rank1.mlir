@@ -9,7 +9,7 @@
 // ROUNDTRIP-LABEL: loadplan.checkpoint "model.layers.0.self_attn.q_proj.weight"
 // ROUNDTRIP: loadplan.slice %w dim 0 start 8 end 16 step 1
 
-// CHECK:      "version": 3,
+// CHECK:      "version": 4,
 // CHECK:      "targets": [
 // CHECK:          "module": "model.layers.0.self_attn.qkv_proj",
 // CHECK-NEXT:     "tensor": "weight",

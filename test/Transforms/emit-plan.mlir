@@ -35,7 +35,7 @@ module {
   }
 }
 
-// CHECK:      "version": 3,
+// CHECK:      "version": 4,
 // CHECK-NEXT: "fingerprint": "{{[0-9a-f]{16}"}},
 // CHECK-NEXT: "targets": [
 // CHECK-NEXT:   {

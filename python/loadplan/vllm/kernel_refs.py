@@ -53,9 +53,22 @@ each expert):
   of columns ``16j + c`` and ``16j + 8 + c`` (subtile ``j``, half ``b``),
   one word per ``(j, b)`` (4-bit: row ``16g + 4r + q`` in nibble
   ``2q + g``) or per ``(j, b, g)`` (8-bit: byte ``q``).
+- ``marlin_w4_transform`` (the runtime's ``marlin_w4`` transforming
+  write, not a vLLM kernel): the 4-bit repack as a map of atoms. A box of
+  a pack-quantized checkpoint weight, int32 ``[N, K / 8]`` (row ``n`` an
+  output channel, value ``k`` in bits ``4 * (k % 8)`` of word ``k // 8``:
+  the transpose of the GPTQ weight above), is cut into atoms of 16 rows by
+  2 words; atom ``(t, q)`` (words ``2t``, ``2t + 1``, rows ``16q`` to
+  ``16q + 15``) becomes the 32 words of one subtile of a tile, lane ``4c +
+  r`` holding value ``k = 16t + 8h + 2r + s`` of row ``n = 16q + 8b + c``
+  in nibble ``4s + 2b + h``. In the repack of the whole matrix, atom ``(t,
+  q)`` with ``q = 4m + w`` lands in row ``t``, words ``128m + 4 * lane +
+  w``: ``marlin_w4_regions`` says where a box's atoms go.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 
@@ -326,3 +339,85 @@ def gptq_marlin_moe_repack(b_q_weight: torch.Tensor, size_k: int, size_n: int,
     if b_q_weight.dim() != 3:
         raise ValueError(f"gptq_marlin_moe_repack: a 3-d weight, not {b_q_weight.dim()}-d")
     return _marlin_repack(b_q_weight, size_k, size_n, num_bits, is_a_8bit)
+
+
+MARLIN_W4_ATOM = (16, 2)  # marlin_w4's atom: rows of N, words of K (16 values)
+MARLIN_W4_ATOM_WORDS = 32  # the words an atom becomes: one per lane of a warp
+
+
+def marlin_w4_transform(box: torch.Tensor) -> torch.Tensor:
+    """The runtime's ``marlin_w4`` transform of an int32 ``box`` [R, C] of
+    a pack-quantized 4-bit weight [N, K / 8] (R a multiple of 16, C of 2):
+    its atoms as Marlin's words, int32 [C / 2, R / 16, 32] (K-tile ``t``,
+    N-subtile ``q``, lane ``4c + r``), word ``(t, q, 4c + r)`` holding in
+    nibble ``4s + 2b + h`` bits ``4 * (2r + s)`` of ``box[16q + 8b + c,
+    2t + h]`` (see the module doc). Torch ops only: it runs on meta
+    tensors."""
+    if box.dtype != torch.int32:
+        raise ValueError(f"marlin_w4: an int32 box, not {box.dtype}")
+    if box.dim() != 2:
+        raise ValueError(f"marlin_w4: a 2-d box [rows of N, words of K], not {box.dim()}-d")
+    rows, cols = box.shape
+    atom_rows, atom_cols = MARLIN_W4_ATOM
+    if rows % atom_rows or cols % atom_cols:
+        raise ValueError(f"marlin_w4: a box of {rows} rows by {cols} words is not whole "
+                         f"atoms of {atom_rows} rows by {atom_cols} words")
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=box.device)
+    values = (box.unsqueeze(-1) >> shifts) & 0xF  # [n, word, k % 8]
+    # n = 16q + 8b + c, word = 2t + h, k % 8 = 2r + s
+    values = values.reshape(rows // 16, 2, 8, cols // 2, 2, 4, 2)
+    # axes: q b c t h r s -> t q (c r: lane) (s b h: nibble)
+    ordered = values.permute(3, 0, 2, 5, 6, 1, 4).reshape(cols // 2, rows // 16, 32, 8)
+    return _pack_last(ordered, 4)
+
+
+class MarlinW4Region(NamedTuple):
+    """Where ``marlin_w4_transform`` of a box's rows ``row0`` to ``row0 +
+    rows`` (of the whole weight; all the box's words) lands in the repack
+    of the whole weight: ``torch.as_strided(out, size, stride, offset)``,
+    ``size`` a split of the transform's [C / 2, rows / 16, 32] into [C / 2,
+    tiles of N, subtiles, 32]."""
+
+    row0: int
+    rows: int
+    offset: int
+    size: tuple[int, int, int, int]
+    stride: tuple[int, int, int, int]
+
+
+def marlin_w4_regions(size_n: int, size_k: int, row0: int, col0: int, rows: int,
+                      cols: int) -> list[MarlinW4Region]:
+    """Where the box ``[row0:row0 + rows, col0:col0 + cols]`` of a
+    pack-quantized weight int32 [size_n, size_k / 8] lands in its
+    ``gptq_marlin_repack`` (``[size_k / 16, 2 * size_n]``, row-major),
+    atom by atom as ``marlin_w4_transform`` orders them. Atom ``(t, q)`` of
+    the box is atom ``(t + col0 / 2, q + row0 / 16)`` of the weight, in
+    row ``t + col0 / 2`` at word ``128 * (Q // 4) + Q % 4`` (``Q = q + row0
+    / 16``), its lanes 4 words apart. Subtiles of one tile of 64 rows are 1
+    word apart, tiles 128: an affine region where the box's rows start and
+    end on a tile's edge, else one region for each part of the box in a
+    tile (its rows first and last, then the whole tiles between)."""
+    atom_rows, atom_cols = MARLIN_W4_ATOM
+    for what, v, step in (("row0", row0, atom_rows), ("rows", rows, atom_rows),
+                          ("col0", col0, atom_cols), ("cols", cols, atom_cols)):
+        if v % step:
+            raise ValueError(f"marlin_w4: {what} {v} is not a multiple of {step}")
+    _marlin_tiles(size_k, size_n, 4, False)
+    if rows <= 0 or cols <= 0 or row0 < 0 or col0 < 0 or row0 + rows > size_n \
+            or (col0 + cols) * 8 > size_k:
+        raise ValueError(f"marlin_w4: box [{row0}:{row0 + rows}, {col0}:{col0 + cols}] is "
+                         f"empty or outside the weight [{size_n}, {size_k // 8}]")
+    row_stride = 2 * size_n
+    tile_words = MARLIN_TILE_N * 2  # a tile of 64 rows: 128 words of an output row
+    q, stop = row0 // atom_rows, (row0 + rows) // atom_rows
+    regions = []
+    while q < stop:
+        # A part tile to the next tile edge, or the whole tiles up to the last.
+        whole = (stop // 4 - q // 4) if q % 4 == 0 else 0
+        tiles, subtiles = (whole, 4) if whole else (1, min(stop, q // 4 * 4 + 4) - q)
+        regions.append(MarlinW4Region(
+            q * atom_rows, tiles * subtiles * atom_rows,
+            col0 // 2 * row_stride + q // 4 * tile_words + q % 4,
+            (cols // 2, tiles, subtiles, MARLIN_W4_ATOM_WORDS), (row_stride, tile_words, 1, 4)))
+        q += tiles * subtiles
+    return regions

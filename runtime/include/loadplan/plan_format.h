@@ -23,7 +23,8 @@
  *                u32 num_boxes, per box: rank x (i64 start, i64 stop),
  *                u32 num_writes, per write:
  *                    u32 target, u32 box (index into this entry's boxes),
- *                    u32 convert_to, i64 region_offset, u32 region_rank,
+ *                    u32 convert_to, u32 transform, i64 region_offset,
+ *                    u32 region_rank,
  *                    i64 region_shape[region_rank],
  *                    i64 region_stride[region_rank]
  *
@@ -36,8 +37,16 @@
  * byte_offset in its storage). Boxes, and the bytes an update sends, are in
  * the entry's dtype.
  *
+ * A write's transform is 0 when the box's elements land as they are, else
+ * a code of LOADPLAN_TRANSFORMS: the box, in the entry's coordinates, is
+ * cut into the transform's atoms and each atom written as the engine's
+ * kernel lays it out (transform.h says how). Its region then splits the
+ * transform's output shape (the atoms in order, then the words of each)
+ * instead of the box's; a transforming write does not convert.
+ *
  * Version 2 added convert_to; version 3 made the checksum XXH64 (it was
- * FNV-1a, a byte at a time: a tenth of a compile at 50,000 names). Plans
+ * FNV-1a, a byte at a time: a tenth of a compile at 50,000 names); version
+ * 4 added transform. Plans
  * of earlier versions are refused (compile them again).
  *
  * The fingerprint is loadplan_fnv1a64 over, for each target in order: its
@@ -59,7 +68,7 @@ extern "C" {
 
 #define LOADPLAN_PLAN_MAGIC "LOADPLAN"
 #define LOADPLAN_PLAN_MAGIC_SIZE 8
-#define LOADPLAN_PLAN_VERSION 3u
+#define LOADPLAN_PLAN_VERSION 4u
 #define LOADPLAN_PLAN_HEADER_SIZE 40u
 
 /* The kinds of a checkpoint name: the one table of them. Each row is
@@ -176,6 +185,66 @@ static inline const char *loadplan_dtype_mlir_type(uint32_t dtype) {
 #undef LOADPLAN_DTYPE_MLIR_
   default:
     return "";
+  }
+}
+
+/* The transforms a write may apply (a write's `transform`): the one table
+ * of them. Each row is
+ *   X(ENUM, code, name, entry dtype, atom rows, atom columns, atom words)
+ * An atom is `atom rows` x `atom columns` elements of a 2-d box (rows and
+ * columns of the entry, counted from the box's first); it becomes `atom
+ * words` elements of the same dtype. Codes are stable: they are stored in
+ * plan files.
+ *   MARLIN_W4: a pack-quantized 4-bit weight, int32 [N, K/8] (8 values of K
+ *     per word), as vLLM's Marlin kernels read it (gptq_marlin_repack):
+ *     each 16 rows of N by 2 words of K become the 32 words a warp's lanes
+ *     hold. transform.h has the bit layout. */
+#define LOADPLAN_TRANSFORMS(X)                                                \
+  X(MARLIN_W4, 1, "marlin_w4", LOADPLAN_DTYPE_INT32, 16, 2, 32)
+
+typedef enum loadplan_transform_t {
+  LOADPLAN_TRANSFORM_NONE = 0,
+#define LOADPLAN_TRANSFORM_ENUM_(e, code, name, dtype, rows, cols, words)      \
+  LOADPLAN_TRANSFORM_##e = code,
+  LOADPLAN_TRANSFORMS(LOADPLAN_TRANSFORM_ENUM_)
+#undef LOADPLAN_TRANSFORM_ENUM_
+} loadplan_transform_t;
+
+/* The name of a transform code ("marlin_w4"); "none" for 0, "invalid" for
+ * an unknown code. */
+static inline const char *loadplan_transform_name(uint32_t transform) {
+  switch (transform) {
+  case 0:
+    return "none";
+#define LOADPLAN_TRANSFORM_NAME_(e, code, name, dtype, rows, cols, words)      \
+  case code:                                                                   \
+    return name;
+    LOADPLAN_TRANSFORMS(LOADPLAN_TRANSFORM_NAME_)
+#undef LOADPLAN_TRANSFORM_NAME_
+  default:
+    return "invalid";
+  }
+}
+
+/* The shape of a transform's atom and the entry dtype it reads; false for
+ * 0 or an unknown code. */
+static inline int loadplan_transform_atom(uint32_t transform,
+                                          uint32_t *out_dtype,
+                                          int64_t *out_rows,
+                                          int64_t *out_cols,
+                                          int64_t *out_words) {
+  switch (transform) {
+#define LOADPLAN_TRANSFORM_ATOM_(e, code, name, dtype, rows, cols, words)      \
+  case code:                                                                   \
+    *out_dtype = dtype;                                                        \
+    *out_rows = rows;                                                          \
+    *out_cols = cols;                                                          \
+    *out_words = words;                                                        \
+    return 1;
+    LOADPLAN_TRANSFORMS(LOADPLAN_TRANSFORM_ATOM_)
+#undef LOADPLAN_TRANSFORM_ATOM_
+  default:
+    return 0;
   }
 }
 

@@ -189,6 +189,9 @@ typedef struct loadplan_write_info_t {
   const int64_t *shape;
   const int64_t *stride;
   uint32_t dtype;
+  /* 0, or the loadplan_transform_t the write applies to the box's atoms
+   * (plan_format.h); its region then splits the transform's output. */
+  uint32_t transform;
 } loadplan_write_info_t;
 
 LOADPLAN_API loadplan_status_t loadplan_plan_write(const loadplan_plan_t *plan,

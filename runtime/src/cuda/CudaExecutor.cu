@@ -230,7 +230,8 @@ private:
   /// false leaves it to the kernel.
   bool copyEngine(const Program &p, const Copy &c, uint64_t src,
                   cudaStream_t s) {
-    if (c.run < kMemcpy2DMinRun || c.numDims > 1 || c.converts())
+    if (c.run < kMemcpy2DMinRun || c.numDims > 1 || c.converts() ||
+        c.transforms())
       return false;
     const ByteDim *dims = p.copies.dimsOf(c);
     int64_t srcPitch = c.numDims ? dims[0].srcStride : c.run;

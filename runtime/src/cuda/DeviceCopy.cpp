@@ -39,6 +39,10 @@ DeviceProgram loadplan::buildDeviceProgram(const Copies &copies) {
       d.unit >>= 1;
     d.convertFrom = c.convertFrom;
     d.convertTo = c.convertTo;
+    d.transform = c.transform;
+    d.srcRowStride = c.srcRowStride;
+    d.srcColStride = c.srcColStride;
+    d.atomRows = c.atomRows;
     d.itemSize = int32_t(c.itemSize);
     d.srcItemSize = int32_t(c.srcItemSize);
     out.copies.push_back(d);

@@ -16,6 +16,7 @@
 #define LOADPLAN_RUNTIME_CUDA_DEVICECOPY_H
 
 #include "loadplan/convert.h"
+#include "loadplan/transform.h"
 
 #include <cstdint>
 #include <cstring>
@@ -62,6 +63,12 @@ struct DeviceCopy {
   uint32_t convertTo;
   int32_t itemSize;
   int32_t srcItemSize;
+  /// A transforming copy (transform set) writes one 4-byte word per row,
+  /// computed from its box (Copy::transform says how).
+  uint32_t transform;
+  int64_t srcRowStride;
+  int64_t srcColStride;
+  int64_t atomRows;
 };
 
 /// One copy of a batch.
@@ -148,6 +155,26 @@ LOADPLAN_HD inline void convertChunk(const DeviceCopy &c, const uint8_t *src,
   }
 }
 
+/// copyChunk of a transforming copy: one destination word per step;
+/// consecutive threads write consecutive words of the output.
+LOADPLAN_HD inline void transformChunk(const DeviceCopy &c, const uint8_t *src,
+                                       uint8_t *dst, int64_t begin, int64_t end,
+                                       unsigned thread, unsigned numThreads) {
+  for (int64_t word = begin / 4 + thread; word < end / 4; word += numThreads) {
+    int64_t srcAt, dstAt;
+    rowOffsets(c, word, srcAt, dstAt);
+    uint32_t value = loadplan_transform::transformWord(
+        c.transform, src, c.srcRowStride, c.srcColStride, c.atomRows, word);
+#if defined(__CUDA_ARCH__)
+    *reinterpret_cast<uint32_t *>(dst + dstAt) = value;
+#else
+    if (reinterpret_cast<uintptr_t>(dst + dstAt) & 3u)
+      ++misalignedDeviceAccesses;
+    std::memcpy(dst + dstAt, &value, 4);
+#endif
+  }
+}
+
 /// Thread `thread` of `numThreads`' share of bytes [begin, end) of copy `c`
 /// from the source whose first byte is at `srcBase`.
 LOADPLAN_HD inline void copyChunk(const DeviceCopy &c, uint64_t srcBase,
@@ -155,6 +182,8 @@ LOADPLAN_HD inline void copyChunk(const DeviceCopy &c, uint64_t srcBase,
                                   unsigned numThreads) {
   const uint8_t *src = reinterpret_cast<const uint8_t *>(srcBase + c.srcOffset);
   uint8_t *dst = reinterpret_cast<uint8_t *>(c.dst);
+  if (c.transform)
+    return transformChunk(c, src, dst, begin, end, thread, numThreads);
   if (c.convertTo)
     return convertChunk(c, src, dst, begin, end, thread, numThreads);
   int unit = c.unit;

@@ -276,6 +276,10 @@ std::string loadplan_format::planJson(const Plan &plan) {
                         j.attribute("convert_to", [&] {
                           j.value(loadplan_dtype_name(w.convertTo));
                         });
+                      if (w.transform)
+                        j.attribute("transform", [&] {
+                          j.value(loadplan_transform_name(w.transform));
+                        });
                       j.attribute("region", [&] {
                         j.object([&] {
                           j.attribute("offset", [&] {

@@ -3,6 +3,7 @@
 #include "HostExecutor.h"
 #include "../Status.h"
 #include "loadplan/convert.h"
+#include "loadplan/transform.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -24,11 +25,11 @@ void loadplan::cutPieces(const Copies &copies, int64_t maxPieceBytes,
     const Copy &c = copies.copies[ci];
     while (entry < copies.entryBegin.size() && copies.entryBegin[entry] <= ci)
       entryBegin[entry++] = static_cast<uint32_t>(pieces.size());
-    // A converting copy is cut between elements.
-    int64_t pieceBytes = c.converts()
-                             ? std::max<int64_t>(c.itemSize, maxPieceBytes /
-                                                     c.itemSize * c.itemSize)
-                             : maxPieceBytes;
+    // A converting copy is cut between elements, a transforming one
+    // between atoms.
+    int64_t granule = c.granule();
+    int64_t pieceBytes =
+        std::max<int64_t>(granule, maxPieceBytes / granule * granule);
     if (c.run >= pieceBytes) {
       for (int64_t row = 0; row < c.rows; ++row)
         for (int64_t at = 0; at < c.run; at += pieceBytes)
@@ -180,9 +181,28 @@ static void convertPiece(const Copy &c, const ByteDim *dims, const uint8_t *src,
   }
 }
 
+/// copyPiece of a transforming copy: destination bytes [begin, end), whole
+/// atoms, a word at a time in the output's order.
+static void transformPiece(const Copy &c, const ByteDim *dims,
+                           const uint8_t *src, int64_t begin, int64_t end) {
+  int64_t item = c.itemSize;
+  for (int64_t word = begin / item; word < end / item; ++word) {
+    int64_t rest = word, dstAt = 0;
+    for (uint32_t k = c.numDims; k-- > 0;) {
+      dstAt += rest % dims[k].size * dims[k].dstStride;
+      rest /= dims[k].size;
+    }
+    uint32_t value = loadplan_transform::transformWord(
+        c.transform, src, c.srcRowStride, c.srcColStride, c.atomRows, word);
+    std::memcpy(c.dst + dstAt, &value, sizeof value);
+  }
+}
+
 void loadplan::copyPiece(const Copy &c, const ByteDim *dims, const uint8_t *src,
                          int64_t begin, int64_t end, int64_t streamRun) {
   src += c.srcOffset;
+  if (c.transforms())
+    return transformPiece(c, dims, src, begin, end);
   if (c.converts())
     return convertPiece(c, dims, src, begin, end);
   bool stream = streamRun > 0 && c.run >= streamRun;

@@ -89,6 +89,8 @@ uint64_t loadplan::transfer::planDigest(const Plan &plan) {
       h.u64(w.target);
       h.u64(w.box);
       h.u64(w.convertTo);
+      if (w.transform) // absent for plans without: their digests stay
+        h.u64(w.transform);
       h.u64(uint64_t(w.offset));
       h.u64(w.shape.size());
       h.i64s(w.shape);

@@ -36,9 +36,18 @@ Landing::Landing(const Plan &plan, const std::vector<Tensor> &tensors)
     wholeRegion[ei] = Region{0, e.shape, contiguousStrides(e.shape)};
     boxes[ei] = e.boxes;
     writes[ei].resize(e.boxes.size());
-    for (const Write &w : e.writes)
+    for (const Write &w : e.writes) {
+      // A transform places atoms, not the box's elements: a piece of the
+      // box has no region of its own to land in.
+      if (w.transform)
+        fail(LOADPLAN_STATUS_UNAVAILABLE, "name ", quote(e.name),
+             ": its plan writes it through transform ",
+             loadplan_transform_name(w.transform),
+             ", which transfers do not apply yet (apply the update in "
+             "process, with load_planned)");
       writes[ei][w.box].push_back(
           {Region{w.offset, w.shape, w.stride}, w.target, w.convertTo});
+    }
   }
 }
 

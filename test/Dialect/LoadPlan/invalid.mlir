@@ -823,6 +823,51 @@ loadplan.checkpoint "w" : tensor<8xbf16> (%w) {
 
 // -----
 
+loadplan.storage @s size 8192
+loadplan.target @t module "m" tensor "w" storage @s byte_offset 0 stride [512, 1] : tensor<4x512xi32>
+loadplan.checkpoint "w" : tensor<64x8xi32> (%w) {
+  // expected-error @+1 {{'loadplan.write' op unknown transform "marlin_w8" (known: "marlin_w4")}}
+  loadplan.write @t box <[0, 64], [0, 8]> region <offset = 0, shape = [4, 4, 32], stride = [512, 1, 4]> transform "marlin_w8"
+}
+
+// -----
+
+loadplan.storage @s size 8192
+loadplan.target @t module "m" tensor "w" storage @s byte_offset 0 stride [512, 1] : tensor<4x512xf32>
+loadplan.checkpoint "w" : tensor<64x8xbf16> (%w) {
+  // expected-error @+1 {{'loadplan.write' op transforms and converts (a transforming write does not convert)}}
+  loadplan.write @t box <[0, 64], [0, 8]> region <offset = 0, shape = [4, 4, 32], stride = [512, 1, 4]> as f32 transform "marlin_w4"
+}
+
+// -----
+
+loadplan.storage @s size 8192
+loadplan.target @t module "m" tensor "w" storage @s byte_offset 0 stride [512, 1] : tensor<4x512xi32>
+loadplan.checkpoint "w" : tensor<64x8xui32> (%w) {
+  // expected-error @+1 {{'loadplan.write' op transform "marlin_w4" reads a 2-d i32 checkpoint tensor, not 'tensor<64x8xui32>'}}
+  loadplan.write @t box <[0, 64], [0, 8]> region <offset = 0, shape = [4, 4, 32], stride = [512, 1, 4]> transform "marlin_w4"
+}
+
+// -----
+
+loadplan.storage @s size 8192
+loadplan.target @t module "m" tensor "w" storage @s byte_offset 0 stride [1] : tensor<2048xi32>
+loadplan.checkpoint "w" : tensor<1x64x8xi32> (%w) {
+  // expected-error @+1 {{'loadplan.write' op transform "marlin_w4" reads a 2-d i32 checkpoint tensor, not 'tensor<1x64x8xi32>'}}
+  loadplan.write @t box <[0, 1], [0, 64], [0, 8]> region <offset = 0, shape = [4, 4, 32], stride = [512, 1, 4]> transform "marlin_w4"
+}
+
+// -----
+
+loadplan.storage @s size 8192
+loadplan.target @t module "m" tensor "w" storage @s byte_offset 0 stride [512, 1] : tensor<4x512xi32>
+loadplan.checkpoint "w" : tensor<64x8xi32> (%w) {
+  // expected-error @+1 {{'loadplan.write' op box of 56 x 8 is not whole atoms of transform "marlin_w4" (16 rows by 2 columns)}}
+  loadplan.write @t box <[0, 56], [0, 8]> region <offset = 0, shape = [4, 112], stride = [512, 1]> transform "marlin_w4"
+}
+
+// -----
+
 // A converting write's region counts elements of the dtype it writes: 8
 // f32 elements from 8 bf16 ones are 32 bytes.
 loadplan.storage @s size 16

@@ -396,6 +396,17 @@ loadplan.checkpoint "plan.write" : tensor<4x6xf32> (%w) {
   loadplan.write @t_transposed box <[0, 4], [0, 6]> region <offset = 0, shape = [4, 6], stride = [1, 4]>
 }
 
+// A transforming write: a box of whole atoms, its region splitting the
+// transform's output.
+// CHECK-LABEL: "plan.write_transform"
+// CHECK:         loadplan.write @t_marlin box <[0, 64], [0, 8]> region <offset = 0, shape = [4, 1, 4, 32], stride = [512, 128, 1, 4]> transform "marlin_w4"
+loadplan.storage @s_marlin size 8192
+loadplan.target @t_marlin module "experts" tensor "w13_weight_packed"
+    storage @s_marlin byte_offset 0 stride [512, 1] : tensor<4x512xi32>
+loadplan.checkpoint "plan.write_transform" : tensor<192x8xi32> (%w) {
+  loadplan.write @t_marlin box <[0, 64], [0, 8]> region <offset = 0, shape = [4, 1, 4, 32], stride = [512, 128, 1, 4]> transform "marlin_w4"
+}
+
 // A box of a 0-d tensor has no ranges; a split dim gives the region more
 // dims than the box.
 // CHECK-LABEL: "plan.write.shapes"

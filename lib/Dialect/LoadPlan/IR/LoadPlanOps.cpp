@@ -7,6 +7,7 @@
 
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanOps.h"
 #include "loadplan/Dialect/LoadPlan/IR/Geometry.h"
+#include "loadplan/plan_format.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -577,10 +578,61 @@ Type WriteOp::getWrittenType() {
   return (*this)->getParentOfType<CheckpointOp>().getTensorType().getElementType();
 }
 
+uint32_t WriteOp::getTransformCode() {
+  std::optional<StringRef> name = getTransform();
+  if (!name)
+    return LOADPLAN_TRANSFORM_NONE;
+#define LOADPLAN_TRANSFORM_CODE_(e, code, text, dtype, rows, cols, words)      \
+  if (*name == text)                                                           \
+    return code;
+  LOADPLAN_TRANSFORMS(LOADPLAN_TRANSFORM_CODE_)
+#undef LOADPLAN_TRANSFORM_CODE_
+  return LOADPLAN_TRANSFORM_NONE;
+}
+
+/// Checks a transforming write's checkpoint tensor and box against its
+/// transform's atom.
+static LogicalResult verifyTransform(WriteOp op, RankedTensorType tensor) {
+  uint32_t code = op.getTransformCode();
+  uint32_t dtype;
+  int64_t rows, cols, words;
+  if (!loadplan_transform_atom(code, &dtype, &rows, &cols, &words)) {
+    std::string known;
+#define LOADPLAN_TRANSFORM_KNOWN_(e, c, text, d, r, k, w)                      \
+  known += std::string(known.empty() ? "" : ", ") + "\"" text "\"";
+    LOADPLAN_TRANSFORMS(LOADPLAN_TRANSFORM_KNOWN_)
+#undef LOADPLAN_TRANSFORM_KNOWN_
+    return op.emitOpError() << "unknown transform \"" << *op.getTransform()
+                            << "\" (known: " << known << ")";
+  }
+  if (op.getDtype())
+    return op.emitOpError() << "transforms and converts (a transforming "
+                               "write does not convert)";
+  std::string element;
+  llvm::raw_string_ostream(element) << tensor.getElementType();
+  if (tensor.getRank() != 2 || element != loadplan_dtype_mlir_type(dtype))
+    return op.emitOpError()
+           << "transform \"" << *op.getTransform() << "\" reads a 2-d "
+           << loadplan_dtype_mlir_type(dtype) << " checkpoint tensor, not "
+           << tensor;
+  BoxAttr box = op.getBox();
+  int64_t boxRows = box.getStops()[0] - box.getStarts()[0],
+          boxCols = box.getStops()[1] - box.getStarts()[1];
+  if (boxRows % rows || boxCols % cols)
+    return op.emitOpError()
+           << "box of " << boxRows << " x " << boxCols
+           << " is not whole atoms of transform \"" << *op.getTransform()
+           << "\" (" << rows << " rows by " << cols << " columns)";
+  return success();
+}
+
 LogicalResult WriteOp::verify() {
   auto checkpoint = (*this)->getParentOfType<CheckpointOp>();
   ArrayRef<int64_t> shape = checkpoint.getTensorType().getShape();
-  if (std::optional<Type> dtype = getDtype()) {
+  if (getTransform()) {
+    if (failed(verifyTransform(*this, checkpoint.getTensorType())))
+      return failure();
+  } else if (std::optional<Type> dtype = getDtype()) {
     Type from = checkpoint.getTensorType().getElementType();
     if (!isConvertible(from, *dtype))
       return emitOpError() << "cannot convert " << from << " to " << *dtype

@@ -29,7 +29,7 @@ namespace loadplan_format {
 constexpr size_t kStorageBytes = 8;
 constexpr size_t kTargetBytes = 28;
 constexpr size_t kEntryBytes = 22;
-constexpr size_t kWriteBytes = 24;
+constexpr size_t kWriteBytes = 28;
 /// A box takes this per dim of its tensor.
 constexpr size_t kBoxDimBytes = 16;
 
@@ -119,6 +119,7 @@ void visitEntry(Visitor &v, EntryT &e, NameT &name, int64_t shift,
     v.u32(w.target, wwhat("target"));
     v.u32(w.box, wwhat("box"));
     v.u32(w.convertTo, wwhat("convert_to"));
+    v.u32(w.transform, wwhat("transform"));
     v.i64(regionOffset(w, e.dtype, shift), wwhat("region offset"));
     uint32_t regionRank = v.size(w.shape, wwhat("region rank"));
     v.checkRegionRank(index, wi, regionRank);

@@ -43,6 +43,10 @@ struct PlanWrite {
   /// LOADPLAN_DTYPE_INVALID (0): a copy of the entry's bytes; else the dtype
   /// the write converts the entry's elements into.
   uint32_t convertTo = LOADPLAN_DTYPE_INVALID;
+  /// LOADPLAN_TRANSFORM_NONE (0), or the transform the write applies to
+  /// the box's atoms; its region then splits the transform's output shape
+  /// (transformedShape).
+  uint32_t transform = LOADPLAN_TRANSFORM_NONE;
 };
 
 /// The dtype a write of an entry of `entryDtype` writes.

@@ -587,19 +587,35 @@ def LoadPlan_WriteOp : LoadPlan_EventOp<"write", [
     runtime/include/loadplan/convert.h), and the region counts DTYPE
     elements.
 
+    `transform NAME` (one of the plan format's LOADPLAN_TRANSFORMS, for
+    example "marlin_w4") writes the box as an engine's kernel lays it out:
+    the box is cut into the transform's atoms (rows by columns of a 2-d
+    checkpoint tensor of the transform's element type, counted from the
+    box's first) and each atom becomes its words; the region receives the
+    atoms in row-major order over (atom column, atom row), then each
+    atom's words (runtime/include/loadplan/transform.h). A transforming
+    write does not convert.
+
     ```mlir
     loadplan.write @t0 box <[0, 4], [0, 6]> region <offset = 0, shape = [4, 6], stride = [1, 4]>
     loadplan.write @t1 box <[0, 8]> region <offset = 0, shape = [8], stride = [1]> as f32
+    loadplan.write @t2 box <[0, 64], [0, 8]> region <offset = 0, shape = [4, 4, 32], stride = [512, 1, 4]> transform "marlin_w4"
     ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$target, LoadPlan_BoxAttr:$box,
                        LoadPlan_RegionAttr:$region,
-                       OptionalAttr<TypeAttr>:$dtype);
-  let assemblyFormat =
-      "$target `box` $box `region` $region (`as` $dtype^)? attr-dict";
+                       OptionalAttr<TypeAttr>:$dtype,
+                       OptionalAttr<StrAttr>:$transform);
+  let assemblyFormat = [{
+    $target `box` $box `region` $region (`as` $dtype^)?
+    (`transform` $transform^)? attr-dict
+  }];
   let extraClassDeclaration = [{
     /// The element type written: `dtype`, or the checkpoint tensor's.
     ::mlir::Type getWrittenType();
+    /// The plan format's code of `transform` (LOADPLAN_TRANSFORM_NONE
+    /// without one; 0 too for an unknown name, which the verifier refuses).
+    uint32_t getTransformCode();
   }];
   let hasVerifier = 1;
 }
