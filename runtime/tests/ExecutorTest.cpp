@@ -331,9 +331,9 @@ TEST(DeviceCode, ConvertingWritesMatchTheReference) {
   checkDeviceCode(convertingPlan(), 9, {0, 1, 2});
 }
 
-// One known atom, worked by hand from the layout: row 8b + c, word h of
-// the source holds, in nibble 2r + s, the value that lands in nibble
-// 4s + 2b + h of lane 4c + r.
+// One atom, worked by hand from the layout: row 8b + c, word h of the
+// source holds, in nibble 2r + s, the value that lands in nibble 4s + 2b +
+// h of lane 4c + r.
 TEST(Executor, TransformingWriteOfOneAtom) {
   TestPlan p;
   p.storageSizes = {4 * 32};
@@ -341,16 +341,10 @@ TEST(Executor, TransformingWriteOfOneAtom) {
   p.entries.push_back({"w", LOADPLAN_KIND_DIRECT, LOADPLAN_DTYPE_INT32,
                        {16, 2}, std::nullopt, {{{0, 0}, {16, 2}}},
                        {{0, 0, 0, {32}, {1}, 0, LOADPLAN_TRANSFORM_MARLIN_W4}}});
-  // Every nibble of the source distinct in its low 4 bits' position: value
-  // (n, k) is (n + k) % 16.
-  uint32_t src[32];
-  for (int n = 0; n < 16; ++n)
-    for (int h = 0; h < 2; ++h) {
-      uint32_t word = 0;
-      for (int i = 0; i < 8; ++i)
-        word |= uint32_t((n + 8 * h + i) % 16) << (4 * i);
-      src[2 * n + h] = word;
-    }
+  std::mt19937 rng(3);
+  uint32_t src[32]; // [16 rows][2 words]
+  for (uint32_t &word : src)
+    word = rng();
   PlanPtr plan = openPlan(p);
   ASSERT_TRUE(plan);
   Memory memory(p);
@@ -360,17 +354,14 @@ TEST(Executor, TransformingWriteOfOneAtom) {
   ASSERT_TRUE(isOk(loadplan_apply_tensors(binding.get(), &t, 1, nullptr)));
   uint32_t out[32];
   std::memcpy(out, memory.storages[0].data(), sizeof out);
-  // Lane 4c + r, nibble 4s + 2b + h: (n, k) = (8b + c, 8h + 2r + s).
   for (uint32_t c = 0; c < 8; ++c)
-    for (uint32_t r = 0; r < 4; ++r) {
-      uint32_t expected = 0;
+    for (uint32_t r = 0; r < 4; ++r)
       for (uint32_t s2 = 0; s2 < 2; ++s2)
         for (uint32_t b = 0; b < 2; ++b)
           for (uint32_t h = 0; h < 2; ++h)
-            expected |= ((8 * b + c + 8 * h + 2 * r + s2) % 16)
-                        << (4 * (4 * s2 + 2 * b + h));
-      EXPECT_EQ(out[4 * c + r], expected) << "lane " << 4 * c + r;
-    }
+            EXPECT_EQ(out[4 * c + r] >> (4 * (4 * s2 + 2 * b + h)) & 0xF,
+                      src[2 * (8 * b + c) + h] >> (4 * (2 * r + s2)) & 0xF)
+                << "lane " << 4 * c + r << ", nibble " << 4 * s2 + 2 * b + h;
 }
 
 TEST(Pieces, TransformingCopiesAreCutBetweenAtoms) {

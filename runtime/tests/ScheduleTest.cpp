@@ -443,21 +443,70 @@ TEST_F(ScheduleBuild, RefusesSpecsItCannotServe) {
                       LOADPLAN_STATUS_INVALID_ARGUMENT, "spec is NULL"));
 }
 
-// A transform places atoms, not a box's elements: until schedules cut and
-// land pieces on atoms, a plan with one is refused, by name.
-TEST(ScheduleBuildTransforms, RefusesAPlanThatTransforms) {
-  TestPlan p = transformingPlan();
+// A transforming write's pieces are whole atoms of its box: the builder
+// cuts them between atoms to fit a staging cap, and refuses senders whose
+// holdings cut an atom and caps below one.
+TEST(ScheduleBuildTransforms, PiecesAreWholeAtoms) {
+  TestPlan p = tpPlan(2, 0);
+  addTransformingNames(p, 2, 0);
   PlanPtr plan = openPlan(p);
   ASSERT_TRUE(plan);
   ScheduleDecl d;
-  d.world = 2;
+  d.world = 3;
   d.tensors = tensorsOf(p);
-  d.senders = {{0, 0, wholeOf(d.tensors)}};
-  d.receivers = {{1, 0, false, plan.get()}};
+  d.senders = {{0, 0, shardsOf(d.tensors, 2, 0)}, {1, 0, shardsOf(d.tensors, 2, 1)}};
+  d.receivers = {{2, 1024, false, plan.get()}};
+  SchedulePtr s = d.make();
+  ASSERT_TRUE(s);
+  // Every piece of a transformed box starts and ends on its atoms, and
+  // the cap cut some (rank 0's gate box is 3 KiB).
+  const loadplan::transfer::Schedule &sched = *s->schedule;
+  int transformed = 0;
+  for (const auto &piece : sched.pieces) {
+    const auto &need = sched.receivers[piece.receiver].needs[piece.need];
+    const std::string &name = sched.tensors[need.tensor].name;
+    if (name.rfind("marlin.", 0) != 0)
+      continue;
+    ++transformed;
+    EXPECT_EQ((piece.box.lo[0] - need.range.lo[0]) % 16, 0) << name;
+    EXPECT_EQ((piece.box.hi[0] - need.range.lo[0]) % 16, 0) << name;
+    EXPECT_EQ((piece.box.lo[1] - need.range.lo[1]) % 2, 0) << name;
+    EXPECT_EQ((piece.box.hi[1] - need.range.lo[1]) % 2, 0) << name;
+    EXPECT_TRUE(piece.flags & LOADPLAN_PIECE_STAGED) << name;
+  }
+  EXPECT_GT(transformed, 6);
+
+  // Four senders: 48 rows each of gate's 192 and 16 of down's 64, whole
+  // subtiles (rank 0's 96 rows cut mid-tile: two pieces, one write's box
+  // each, and pieces of a box). Five: 39 rows each, mid-atom.
+  for (int senders : {4, 5}) {
+    ScheduleDecl cut = d;
+    cut.world = senders + 1;
+    cut.senders.clear();
+    for (int x = 0; x < senders; ++x)
+      cut.senders.push_back({x, 0, shardsOf(cut.tensors, senders, x)});
+    cut.receivers[0].rank = senders;
+    loadplan_schedule_t *out = nullptr;
+    if (senders == 4) {
+      EXPECT_TRUE(isOk(cut.build(&out)));
+    } else {
+      EXPECT_TRUE(isError(cut.build(&out), LOADPLAN_STATUS_INVALID_ARGUMENT,
+                          "piece [(0, 39), (0, 8)] of 'marlin.gate' cuts the "
+                          "atoms of its plan's transform marlin_w4 (16 rows by "
+                          "2 columns from the first element of box [(0, 64), "
+                          "(0, 8)]): every sender must hold whole atoms of it"));
+    }
+    SchedulePtr keep(out);
+  }
+
+  // A staging cap whose round cannot hold one atom (128 bytes).
+  ScheduleDecl small = d;
+  small.receivers[0].cap = 128;
   loadplan_schedule_t *out = nullptr;
-  EXPECT_TRUE(isError(d.build(&out), LOADPLAN_STATUS_UNAVAILABLE,
-                      "name 'gate_proj': its plan writes it through transform "
-                      "marlin_w4, which transfers do not apply yet"));
+  EXPECT_TRUE(isError(small.build(&out), LOADPLAN_STATUS_INVALID_ARGUMENT,
+                      "is at least one atom of its plan's transform (16 x 2 "
+                      "elements, 128 bytes), more than a round's part of the "
+                      "staging cap of receiver 0 (rank 2)"));
   EXPECT_EQ(out, nullptr);
 }
 

@@ -94,6 +94,8 @@ struct Topology {
   int64_t bigRows = 0;
   /// Whether every plan has converting writes (addConvertingNames).
   bool converting = false;
+  /// Whether every plan has transforming writes (addTransformingNames).
+  bool transforming = false;
   /// Experts of every plan (tpPlan): many make many small pieces.
   int64_t experts = 4;
   /// The schedule's join_below and sequential (ScheduleDecl), and whether
@@ -115,6 +117,8 @@ struct Topology {
         addBigWeight(plans.back(), receivers, r, bigRows, 1024);
       if (converting)
         addConvertingNames(plans.back(), receivers, r);
+      if (transforming)
+        addTransformingNames(plans.back(), receivers, r);
       handles.push_back(openPlan(plans.back()));
     }
     decl.engine = engine;
@@ -405,6 +409,7 @@ struct Case {
   bool sequential = false;
   bool probe = false;
   bool colocated = false;
+  bool transforming = false;
 };
 
 void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
@@ -433,6 +438,7 @@ TEST_P(TransferGloo, ReceiversMatchTheReferenceAndMoveWhatTheyNeed) {
     sc.sequential = c.sequential;
     sc.probe = c.probe;
     sc.colocated = c.colocated;
+    sc.transforming = c.transforming;
     return runScenario(sc, rank, dir);
   }));
 }
@@ -477,7 +483,18 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"ColocatedMToNFsdpFourToTwo", 4, 2, LOADPLAN_ENGINE_M_TO_N, Layout::RowShards,
              false, 0, true, 256, 0, false, true, true},
         Case{"ColocatedMToNAtomicSmallCap", 2, 2, LOADPLAN_ENGINE_M_TO_N, Layout::RowShards,
-             true, 64, true, 4, 0, false, false, true}),
+             true, 64, true, 4, 0, false, false, true},
+        // Writes that transform (Marlin's int4 repack): staged, cut between
+        // atoms (a cap of a few atoms per round), scattered transforming,
+        // from senders holding whole atoms (row shards of whole subtiles).
+        Case{"TransformingSlicedOneToTwo", 1, 2, LOADPLAN_ENGINE_SLICED, Layout::Replica,
+             false, 0, false, 4, 0, false, false, false, true},
+        Case{"TransformingMToNFsdpFourToTwoSmallCap", 4, 2, LOADPLAN_ENGINE_M_TO_N,
+             Layout::RowShards, false, 1024, false, 4, 0, false, false, false, true},
+        Case{"TransformingMToNAtomicTwoToFour", 2, 4, LOADPLAN_ENGINE_M_TO_N,
+             Layout::RowShards, true, 0, false, 4, 0, false, false, false, true},
+        Case{"TransformingColocatedMToNFsdpFourToTwo", 4, 2, LOADPLAN_ENGINE_M_TO_N,
+             Layout::RowShards, false, 0, false, 4, 0, false, false, true, true}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 class TransferFailures : public TransferGloo {};

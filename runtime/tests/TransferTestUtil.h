@@ -332,6 +332,56 @@ inline void addConvertingNames(TestPlan &p, int64_t tp, int64_t r) {
                        {{w, 0, 0, {8, rows}, {1, 8}, e4m3}}});
 }
 
+/// Adds a Marlin 4-bit MoE expert to a TP=`tp` receiver's plan `p`, its
+/// writes transforming (plan_format.h's marlin_w4, as vLLM lays out int4
+/// experts for Marlin): "marlin.gate" and "marlin.up", int32 [192, 8]
+/// (K = 64), whose rank-r rows (192 / tp, whole subtiles of 16) land,
+/// padded to whole tiles of 64, gate then up in w13; "marlin.down", int32
+/// [64, 24] (K = 192), whose rank-r words of K land in w2. A box of whole
+/// tiles is one write, the subtiles after them another.
+inline void addTransformingNames(TestPlan &p, int64_t tp, int64_t r) {
+  constexpr uint32_t i32 = LOADPLAN_DTYPE_INT32;
+  const int64_t n = 192, words = 8, h = 64;
+  int64_t s = n / tp, padded = (s + 63) / 64 * 64;
+  int64_t w13Words = 4 * 4 * padded, w2Words = padded / 16 * 2 * h;
+  uint32_t storage = uint32_t(p.storageSizes.size());
+  p.storageSizes.push_back(uint64_t(4 * (w13Words + w2Words)));
+  uint32_t w13 = p.addTarget({"marlin", "w13", storage, 0, i32, {4, 4 * padded},
+                              {4 * padded, 1}});
+  uint32_t w2 = p.addTarget({"marlin", "w2", storage, uint64_t(4 * w13Words),
+                             i32, {padded / 16, 2 * h}, {2 * h, 1}});
+  // Box `box` into rows [row0, ...) (a tile's first) of a repack of
+  // `rowStride` words per row of K.
+  auto place = [](TestEntry &e, uint32_t target, int64_t rowStride,
+                  int64_t row0, int64_t lo0, int64_t hi0, int64_t lo1,
+                  int64_t hi1) {
+    int64_t tiles = (hi0 - lo0) / 64, rest = (hi0 - lo0) % 64 / 16;
+    int64_t kTiles = (hi1 - lo1) / 2;
+    if (tiles) {
+      e.writes.push_back({target, uint32_t(e.boxes.size()), row0 / 64 * 128,
+                          {kTiles, tiles, 4, 32}, {rowStride, 128, 1, 4}, 0,
+                          LOADPLAN_TRANSFORM_MARLIN_W4});
+      e.boxes.push_back({{lo0, lo1}, {lo0 + 64 * tiles, hi1}});
+    }
+    if (rest) {
+      e.writes.push_back({target, uint32_t(e.boxes.size()),
+                          (row0 + 64 * tiles) / 64 * 128, {kTiles, rest, 32},
+                          {rowStride, 1, 4}, 0, LOADPLAN_TRANSFORM_MARLIN_W4});
+      e.boxes.push_back({{lo0 + 64 * tiles, lo1}, {hi0, hi1}});
+    }
+  };
+  for (int64_t half = 0; half < 2; ++half) {
+    TestEntry e{half ? "marlin.up" : "marlin.gate", LOADPLAN_KIND_DIRECT, i32,
+                {n, words}, std::nullopt, {}, {}};
+    place(e, w13, 4 * padded, half * padded, r * s, (r + 1) * s, 0, words);
+    p.entries.push_back(e);
+  }
+  TestEntry down{"marlin.down", LOADPLAN_KIND_DIRECT, i32, {h, n / 8},
+                 std::nullopt, {}, {}};
+  place(down, w2, 2 * h, 0, 0, h, r * s / 8, (r + 1) * s / 8);
+  p.entries.push_back(down);
+}
+
 /// Adds "big" [rows, cols] float32 to a TP=`tp` receiver's plan `p`:
 /// rank r needs the column block [r * cols / tp, (r + 1) * cols / tp), in
 /// a storage of its own. From row shards, every piece of it is packed, so a

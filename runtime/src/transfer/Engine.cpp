@@ -53,6 +53,7 @@ uint32_t addEntry(Plan &plan, const Tensor &t, const std::vector<int64_t> &shape
     w.shape = p.region.shape;
     w.stride = p.region.stride;
     w.convertTo = p.convertTo;
+    w.transform = p.transform;
     e.writes.push_back(std::move(w));
   }
   plan.numBoxes += static_cast<uint32_t>(e.boxes.size());
@@ -608,6 +609,7 @@ void Engine::setUpReceiver(const loadplan_receiver_args_t &args) {
         from[0].box = p.box;
         from[0].target = 0;
         from[0].convertTo = 0;
+        from[0].transform = 0;
         from[0].region.shape = p.box.extents();
         from[0].region.stride = contiguousStrides(from[0].region.shape);
         from[0].region.offset = int64_t(p.recvOffset) / t.itemSize();

@@ -192,31 +192,34 @@ void loadplan::transfer::restrictRegion(const Box &box, const Region &region,
 }
 
 void loadplan::transfer::splitBox(const Box &box, int64_t maxElements,
-                                  std::vector<Box> &out) {
+                                  std::vector<Box> &out,
+                                  const std::vector<int64_t> &granule) {
   maxElements = std::max<int64_t>(maxElements, 1);
   int64_t volume = box.volume();
   if (volume <= maxElements) {
     out.push_back(box);
     return;
   }
+  auto step = [&](uint32_t k) { return granule.empty() ? 1 : granule[k]; };
   uint32_t k = 0;
-  while (box.extent(k) == 1)
+  while (k < box.rank() && box.extent(k) <= step(k))
     ++k;
-  int64_t slab = volume / box.extent(k);
-  Box part = box;
-  if (slab <= maxElements) {
-    int64_t step = maxElements / slab;
-    for (int64_t s = box.lo[k]; s < box.hi[k]; s += step) {
-      part.lo[k] = s;
-      part.hi[k] = std::min(s + step, box.hi[k]);
-      out.push_back(part);
-    }
+  if (k == box.rank()) { // one granule: not cut
+    out.push_back(box);
     return;
   }
-  for (int64_t s = box.lo[k]; s < box.hi[k]; ++s) {
+  // A slab one granule thick along dim k.
+  int64_t slab = volume / box.extent(k) * step(k);
+  Box part = box;
+  int64_t stride =
+      slab <= maxElements ? maxElements / slab * step(k) : step(k);
+  for (int64_t s = box.lo[k]; s < box.hi[k]; s += stride) {
     part.lo[k] = s;
-    part.hi[k] = s + 1;
-    splitBox(part, maxElements, out);
+    part.hi[k] = std::min(s + stride, box.hi[k]);
+    if (slab <= maxElements)
+      out.push_back(part);
+    else
+      splitBox(part, maxElements, out, granule);
   }
 }
 

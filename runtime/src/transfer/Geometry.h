@@ -61,6 +61,9 @@ struct Part {
   /// The write's conversion (plan_format.h's convert_to): a part that
   /// converts is staged and scattered, never received in place.
   uint32_t convertTo = 0;
+  /// The write's transform (plan_format.h): the part's region receives its
+  /// box's atoms (transform.h), so it too is staged and scattered.
+  uint32_t transform = 0;
 };
 
 /// Restricts `region` (where box `box` lands, its shape the box's shape
@@ -73,8 +76,12 @@ void restrictRegion(const Box &box, const Region &region, const Box &sub,
 
 /// Cuts `box` into boxes of at most `maxElements` elements (at least 1):
 /// slabs along its first dim of extent > 1, recursing inward when one
-/// slab is still too large. Each result is contiguous in `box`.
-void splitBox(const Box &box, int64_t maxElements, std::vector<Box> &out);
+/// slab is still too large. Each result is contiguous in `box`. With a
+/// `granule` (one extent per dim), cuts fall only on its multiples from
+/// `box`'s first element, so a result may exceed `maxElements` when one
+/// granule does.
+void splitBox(const Box &box, int64_t maxElements, std::vector<Box> &out,
+              const std::vector<int64_t> &granule = {});
 
 /// "[(0, 4), (8, 16)]".
 std::string boxText(const Box &box);

@@ -121,6 +121,7 @@ struct Destination {
   const Region *region;
   uint32_t target;
   uint32_t convertTo; // the write's: 0, or the dtype it converts into
+  uint32_t transform; // the write's: 0, or the transform it applies
 };
 
 /// The plan side of a receiver, shared by the builder (to decide which
@@ -135,7 +136,9 @@ public:
 
   /// Where `piece` (a sub-box of `need`) lands: appends its parts; returns
   /// whether it can be received in place (one part, the whole piece, one
-  /// contiguous run), and then its target and element offset.
+  /// contiguous run, neither converted nor transformed), and then its
+  /// target and element offset. Throws INVALID_ARGUMENT when `piece` cuts
+  /// the atoms of a transforming write.
   bool land(const Need &need, const Box &piece, std::vector<Part> &parts,
             uint32_t &target) const;
 
@@ -146,12 +149,21 @@ public:
   std::pair<uint32_t, uint64_t> address(uint32_t target, int64_t offset,
                                         int64_t itemSize) const;
 
+  /// The extents, per dim, that pieces of `need` are whole multiples of
+  /// (from the need's first element): a transform's atom where its plan
+  /// writes the box through one, else none (empty).
+  std::vector<int64_t> granule(const Need &need) const;
+
   /// The fallback target of plan entry `entry`.
   uint32_t fallbackTarget(uint32_t entry) const;
   uint32_t numPlanTargets() const { return numTargets; }
 
 private:
   void destinations(const Need &need, std::vector<Destination> &out) const;
+  /// Appends the parts of transforming destination `d` restricted to
+  /// `sub`: its atoms there, as boxes of the tensor `name`.
+  void restrictTransformed(const std::string &name, const Destination &d,
+                           const Box &sub, std::vector<Part> &out) const;
 
   const Plan &plan;
   const std::vector<Tensor> &tensors;
@@ -167,7 +179,7 @@ private:
   /// Per plan entry, per box: its writes' regions, targets and conversions.
   struct BoxWrite {
     Region region;
-    uint32_t target, convertTo;
+    uint32_t target, convertTo, transform;
   };
   std::vector<std::vector<std::vector<BoxWrite>>> writes;
 };

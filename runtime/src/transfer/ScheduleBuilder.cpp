@@ -342,9 +342,18 @@ private:
       return;
     }
     std::vector<Box> chunks;
+    std::vector<int64_t> granule = landing.granule(n);
     splitBox(box, int64_t(std::min<uint64_t>(limit, uint64_t(kInt64Max))),
-             chunks);
+             chunks, granule);
     for (const Box &c : chunks) {
+      if (!granule.empty() && uint64_t(c.volume()) > limit)
+        fail(LOADPLAN_STATUS_INVALID_ARGUMENT, receiverLabel(*s, receiver),
+             ": a piece of ", quote(t.name), " is at least one atom of its "
+             "plan's transform (", granule[0], " x ", granule[1],
+             " elements, ", uint64_t(granule[0] * granule[1]) * item,
+             " bytes), more than a round's part of the staging cap of ",
+             d.packed ? senderLabel(*s, sender) : receiverLabel(*s, receiver),
+             " (", limit * item, " bytes): raise it");
       classify(c, d);
       drafts.push_back(std::move(d));
     }

@@ -36,18 +36,9 @@ Landing::Landing(const Plan &plan, const std::vector<Tensor> &tensors)
     wholeRegion[ei] = Region{0, e.shape, contiguousStrides(e.shape)};
     boxes[ei] = e.boxes;
     writes[ei].resize(e.boxes.size());
-    for (const Write &w : e.writes) {
-      // A transform places atoms, not the box's elements: a piece of the
-      // box has no region of its own to land in.
-      if (w.transform)
-        fail(LOADPLAN_STATUS_UNAVAILABLE, "name ", quote(e.name),
-             ": its plan writes it through transform ",
-             loadplan_transform_name(w.transform),
-             ", which transfers do not apply yet (apply the update in "
-             "process, with load_planned)");
-      writes[ei][w.box].push_back(
-          {Region{w.offset, w.shape, w.stride}, w.target, w.convertTo});
-    }
+    for (const Write &w : e.writes)
+      writes[ei][w.box].push_back({Region{w.offset, w.shape, w.stride},
+                                   w.target, w.convertTo, w.transform});
   }
 }
 
@@ -110,7 +101,8 @@ void Landing::destinations(const Need &need,
     return;
   const Entry &e = plan.entries[ei];
   if (e.kind == LOADPLAN_KIND_FALLBACK) {
-    out.push_back({wholeBox(e.shape), &wholeRegion[ei], fallbackTarget(ei), 0});
+    out.push_back(
+        {wholeBox(e.shape), &wholeRegion[ei], fallbackTarget(ei), 0, 0});
     return;
   }
   if (e.kind != LOADPLAN_KIND_DIRECT)
@@ -119,7 +111,8 @@ void Landing::destinations(const Need &need,
     if (need.kind == LOADPLAN_NEED_BOX && b != need.box)
       continue;
     for (const BoxWrite &w : writes[ei][b])
-      out.push_back({boxes[ei][b], &w.region, w.target, w.convertTo});
+      out.push_back(
+          {boxes[ei][b], &w.region, w.target, w.convertTo, w.transform});
   }
 }
 
@@ -135,18 +128,72 @@ bool Landing::land(const Need &need, const Box &piece, std::vector<Part> &parts,
       continue;
     ++hits;
     size_t from = parts.size();
-    restrictRegion(d.box, *d.region, sub, parts);
+    if (d.transform)
+      restrictTransformed(tensors[need.tensor].name, d, sub, parts);
+    else
+      restrictRegion(d.box, *d.region, sub, parts);
     for (size_t i = from; i < parts.size(); ++i) {
       parts[i].target = d.target;
       parts[i].convertTo = d.convertTo;
+      parts[i].transform = d.transform;
     }
   }
   if (hits != 1 || parts.size() != before + 1)
     return false;
   const Part &only = parts.back();
-  // Bytes that convert cannot land as they come.
-  if (only.box != piece || only.convertTo || !isContiguousRun(only.region))
+  // Bytes that convert or transform cannot land as they come.
+  if (only.box != piece || only.convertTo || only.transform ||
+      !isContiguousRun(only.region))
     return false;
   target = only.target;
   return true;
+}
+
+void Landing::restrictTransformed(const std::string &name,
+                                  const Destination &d, const Box &sub,
+                                  std::vector<Part> &out) const {
+  uint32_t dtype;
+  int64_t rows, cols, words;
+  loadplan_transform_atom(d.transform, &dtype, &rows, &cols, &words);
+  const Box &box = d.box;
+  int64_t r0 = sub.lo[0] - box.lo[0], r1 = sub.hi[0] - box.lo[0];
+  int64_t c0 = sub.lo[1] - box.lo[1], c1 = sub.hi[1] - box.lo[1];
+  if (r0 % rows || r1 % rows || c0 % cols || c1 % cols)
+    fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "piece ", boxText(sub), " of ",
+         quote(name), " cuts the atoms of its plan's transform ",
+         loadplan_transform_name(d.transform), " (", rows, " rows by ", cols,
+         " columns from the first element of box ", boxText(box),
+         "): every sender must hold whole atoms of it");
+  // In the transform's output the box is [atom columns, atom rows, words],
+  // which the region splits; the piece is a block of it.
+  Box atoms{std::vector<int64_t>{0, 0, 0},
+            std::vector<int64_t>{box.extent(1) / cols, box.extent(0) / rows,
+                                 words}};
+  Box block{std::vector<int64_t>{c0 / cols, r0 / rows, 0},
+            std::vector<int64_t>{c1 / cols, r1 / rows, words}};
+  size_t from = out.size();
+  restrictRegion(atoms, *d.region, block, out);
+  for (size_t i = from; i < out.size(); ++i) {
+    const Box &b = out[i].box;
+    if (b.lo[2] != 0 || b.hi[2] != words)
+      fail(LOADPLAN_STATUS_INTERNAL, "a part of ", quote(name),
+           " splits the words of an atom");
+    out[i].box = Box{std::vector<int64_t>{box.lo[0] + b.lo[1] * rows,
+                                          box.lo[1] + b.lo[0] * cols},
+                     std::vector<int64_t>{box.lo[0] + b.hi[1] * rows,
+                                          box.lo[1] + b.hi[0] * cols}};
+  }
+}
+
+std::vector<int64_t> Landing::granule(const Need &need) const {
+  std::vector<Destination> dests;
+  destinations(need, dests);
+  for (const Destination &d : dests) {
+    uint32_t dtype;
+    int64_t rows, cols, words;
+    if (d.transform &&
+        loadplan_transform_atom(d.transform, &dtype, &rows, &cols, &words))
+      return {rows, cols};
+  }
+  return {};
 }
