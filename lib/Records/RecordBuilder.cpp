@@ -16,6 +16,7 @@
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanDialect.h"
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanOps.h"
 #include "loadplan/Transforms/Plan.h"
+#include "loadplan/plan_format.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -61,6 +62,7 @@ private:
   FailureOr<RankedTensorType> type(int64_t index, Location loc);
   FailureOr<StringAttr> string(int64_t index, Location loc);
   FailureOr<FlatSymbolRefAttr> target(int64_t index, Location loc);
+  FailureOr<StringAttr> transformName(int64_t code, Location loc);
   struct Destination {
     FlatSymbolRefAttr target;
     LayoutAttr layout;
@@ -138,6 +140,19 @@ FailureOr<FlatSymbolRefAttr> RecordBuilder::target(int64_t index,
   if (index < 0 || static_cast<size_t>(index) >= targets.size())
     return emitError(loc) << "records: target " << index << " is not declared";
   return targets[index];
+}
+
+/// The name of transform `code` (LOADPLAN_TRANSFORMS).
+FailureOr<StringAttr> RecordBuilder::transformName(int64_t code,
+                                                   Location loc) {
+  uint32_t dtype;
+  int64_t rows, cols, words;
+  if (code <= 0 || code > UINT32_MAX ||
+      !loadplan_transform_atom(static_cast<uint32_t>(code), &dtype, &rows,
+                               &cols, &words))
+    return emitError(loc) << "records: no transform of code " << code;
+  return b.getStringAttr(
+      loadplan_transform_name(static_cast<uint32_t>(code)));
 }
 
 FailureOr<Value> RecordBuilder::value(int64_t index, Location loc) {
@@ -297,9 +312,18 @@ LogicalResult RecordBuilder::buildEvent(RecordOp op, ArrayRef<int64_t> fields,
     return fieldCount(op, fields.size(), fixed, loc);
   switch (op) {
   case RecordOp::copy: {
-    // source, source type, target, dtype, offset, shape..., stride...
-    if (fields.size() < 5 || (fields.size() - 5) % 2)
+    // source, source type, target, dtype, offset, shape..., stride..., and
+    // a transform code where the fields after the offset are odd.
+    if (fields.size() < 5)
       return fieldCount(op, fields.size(), 5, loc);
+    StringAttr transform;
+    if ((fields.size() - 5) % 2) {
+      FailureOr<StringAttr> name = transformName(fields.back(), loc);
+      if (failed(name))
+        return failure();
+      transform = *name;
+      fields = fields.drop_back();
+    }
     FailureOr<Value> src = value(fields[0], loc);
     FailureOr<RankedTensorType> srcType = type(fields[1], loc);
     if (failed(src) || failed(srcType))
@@ -310,7 +334,8 @@ LogicalResult RecordBuilder::buildEvent(RecordOp op, ArrayRef<int64_t> fields,
     FailureOr<Destination> dest = destination(fields.drop_front(2), loc);
     if (failed(dest))
       return failure();
-    CopyOp::create(b, loc, *src, dest->target, dest->layout, dest->dtype);
+    CopyOp::create(b, loc, *src, dest->target, dest->layout, dest->dtype,
+                   transform);
     return success();
   }
   case RecordOp::cat: {
@@ -563,8 +588,9 @@ bool RecordBuilder::groupKey(const RecordedModule::Checkpoint &ck,
     size_t at = key.size();
     key.append(ops.begin(), ops.begin() + 1 + n);
     if (static_cast<RecordOp>(code) == RecordOp::copy) {
-      // code, source, source type, target, dtype, offset, shape, stride
-      if (copied || entry.size() < 6 || (entry.size() - 6) % 2)
+      // code, source, source type, target, dtype, offset, shape, stride,
+      // and a transform code when they are odd after the offset
+      if (copied || entry.size() < 6)
         return false;
       Type dtype = element(entry[4]);
       itemSize = dtype ? getItemSize(dtype) : 0;

@@ -3,7 +3,9 @@
 // A copy from a strided layout of the checkpoint tensor into a target is a
 // box of the checkpoint tensor and a strided region of the target; a copy
 // of such a layout converted (copy_ across dtypes, .to(dtype) then copy_)
-// is a write that converts, where the executors do that conversion.
+// is a write that converts, where the executors do that conversion; a
+// copy through a transform (Marlin's repack) of a box in row-major order
+// is a transforming write.
 // Anything else (arithmetic, a broadcast, a step slice, a source without a
 // layout) is not a copy of checkpoint elements: it gets a fallback reason.
 //
@@ -80,6 +82,30 @@ static LogicalResult reduceInto(Value srcValue, Strided dst,
                                 CheckpointOp checkpoint, std::string &why,
                                 SmallVector<BoxRegion> &out);
 
+/// The layout of an `as_strided` of the checkpoint tensor.
+static Strided stridedOf(AsStridedOp op) {
+  LayoutAttr layout = op.getLayout();
+  return Strided{layout.getOffset(), llvm::to_vector(layout.getShape()),
+                 llvm::to_vector(layout.getStride())};
+}
+
+/// Checks that `copy`'s destination is whole elements of the `written`
+/// dtype from its target's first byte (else the reason is in `why`) and
+/// has an element (else `empty` is set).
+static LogicalResult checkDestination(CopyOp copy, TargetOp target,
+                                      Type written, std::string &why,
+                                      bool &empty) {
+  if (target.getByteOffset() % getItemSize(written)) {
+    why = "copies into a destination viewed with another element size";
+    return failure();
+  }
+  if (copy.getDest().getNumElements() == 0) {
+    empty = true;
+    return failure();
+  }
+  return success();
+}
+
 /// The dtype a copy writes when its elements are those of a strided layout
 /// converted (by ConvertOps on the way, then by copy_ itself): the
 /// checkpoint's own (a plain copy) or one a write converts into; or failure
@@ -145,15 +171,9 @@ reduceCopy(CopyOp copy, CheckpointOp checkpoint, TargetOp target,
     why = lostReason(src);
     return failure();
   }
-  if (target.getByteOffset() % getItemSize(written)) {
-    why = "copies into a destination viewed with another element size";
+  if (failed(checkDestination(copy, target, written, why, empty)))
     return failure();
-  }
   LayoutAttr dest = copy.getDest();
-  if (dest.getNumElements() == 0) {
-    empty = true;
-    return failure();
-  }
   Strided dst{dest.getOffset(), llvm::to_vector(dest.getShape()),
               llvm::to_vector(dest.getStride())};
   SmallVector<BoxRegion> out;
@@ -207,10 +227,8 @@ static LogicalResult reduceInto(Value srcValue, Strided dst,
     src = nullptr;
     reshape = nullptr;
   }
-  Strided layout = src ? Strided{src.getLayout().getOffset(),
-                                 llvm::to_vector(src.getLayout().getShape()),
-                                 llvm::to_vector(src.getLayout().getStride())}
-                       : Strided::contiguous(ckpt.getShape());
+  Strided layout =
+      src ? stridedOf(src) : Strided::contiguous(ckpt.getShape());
   if (layout.numElements() != dst.numElements()) {
     // torch broadcasts the source to the destination's shape: an expand,
     // whose repeated elements become one write per repeat.
@@ -251,6 +269,70 @@ static LogicalResult reduceInto(Value srcValue, Strided dst,
   return success();
 }
 
+/// The reason a transforming copy of anything but a box of the checkpoint
+/// tensor in row-major order falls back with.
+static std::string transformReason(StringRef transform) {
+  return ("copies through transform " + transform +
+          " a view that is not a row-major box of a 2-d checkpoint tensor")
+      .str();
+}
+
+/// A copy through a transform as its write, or failure with the reason in
+/// `why` (`empty` set when it writes no element). Its source must be a box
+/// of the 2-d checkpoint tensor whose rows are the source's dim 0 and
+/// columns its dim 1, as the transform cuts them into atoms: no
+/// transpose, broadcast, step or reshape. Its destination already splits
+/// the transform's output and is the region as it is.
+static FailureOr<BoxRegion> reduceTransformingCopy(CopyOp copy,
+                                                   CheckpointOp checkpoint,
+                                                   TargetOp target,
+                                                   std::string &why,
+                                                   bool &empty) {
+  empty = false;
+  Value incoming = checkpoint.getIncoming();
+  RankedTensorType ckpt = checkpoint.getTensorType();
+  Value copied;
+  FailureOr<Type> written =
+      writtenType(copy, ckpt.getElementType(), copied, why);
+  if (failed(written))
+    return failure();
+  auto strided = copied.getDefiningOp<AsStridedOp>();
+  if (copied != incoming && (!strided || strided.getInput() != incoming)) {
+    // A kept reshape or a cat holds checkpoint elements, but in no box's
+    // order; anything else has its own reason.
+    why = isa_and_nonnull<ReshapeOp, CatOp>(copied.getDefiningOp())
+              ? transformReason(*copy.getTransform())
+              : lostReason(copied);
+    return failure();
+  }
+  if (failed(checkDestination(copy, target, *written, why, empty)))
+    return failure();
+  LayoutAttr dest = copy.getDest();
+  // The verifier keeps the source 2-d, of the checkpoint's element type:
+  // [rows, cols] from (row, col), rows `cols` elements apart.
+  Strided src =
+      strided ? stridedOf(strided) : Strided::contiguous(ckpt.getShape());
+  int64_t cols = ckpt.getRank() == 2 ? ckpt.getDimSize(1) : 0;
+  int64_t row = cols ? src.offset / cols : 0;
+  int64_t col = cols ? src.offset % cols : 0;
+  if (!cols || (src.shape[0] > 1 && src.stride[0] != cols) ||
+      (src.shape[1] > 1 && src.stride[1] != 1) ||
+      row + src.shape[0] > ckpt.getDimSize(0) || col + src.shape[1] > cols) {
+    why = transformReason(*copy.getTransform());
+    return failure();
+  }
+  for (auto [n, stride] : llvm::zip(dest.getShape(), dest.getStride()))
+    if (n > 1 && stride == 0) {
+      why = "writes one destination element twice";
+      return failure();
+    }
+  MLIRContext *ctx = copy.getContext();
+  return BoxRegion{BoxAttr::get(ctx, {row, col},
+                                {row + src.shape[0], col + src.shape[1]}),
+                   RegionAttr::get(ctx, dest.getOffset(), dest.getShape(),
+                                   dest.getStride())};
+}
+
 /// Erases `copy` and the views that fed it when nothing else uses them: a
 /// write carries all the copy said.
 static void eraseWithDeadSource(CopyOp copy) {
@@ -283,8 +365,18 @@ void ToBoxesPass::runOnOperation() {
       }
       std::string why;
       bool empty;
-      Type written;
-      auto reduced = reduceCopy(copy, checkpoint, target, why, empty, written);
+      Type written = checkpoint.getTensorType().getElementType();
+      FailureOr<SmallVector<BoxRegion>> reduced;
+      if (copy.getTransform()) {
+        FailureOr<BoxRegion> one =
+            reduceTransformingCopy(copy, checkpoint, target, why, empty);
+        if (succeeded(one)) {
+          reduced = SmallVector<BoxRegion>{*one};
+          ++numTransforming;
+        }
+      } else {
+        reduced = reduceCopy(copy, checkpoint, target, why, empty, written);
+      }
       OpBuilder builder(copy);
       if (succeeded(reduced)) {
         TypeAttr convertTo;
@@ -294,7 +386,8 @@ void ToBoxesPass::runOnOperation() {
         }
         for (const BoxRegion &w : *reduced)
           WriteOp::create(builder, copy.getLoc(), copy.getTargetAttr(),
-                          w.first, w.second, convertTo, StringAttr());
+                          w.first, w.second, convertTo,
+                          copy.getTransformAttr());
         eraseWithDeadSource(copy);
         ++numWrites;
       } else if (empty) {

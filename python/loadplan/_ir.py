@@ -39,3 +39,10 @@ def dtype_code(dtype: torch.dtype) -> int:
 RECORD_OPS: tuple[str, ...] = tuple(_native.RECORD_OPS)
 OP_CODES: dict[str, int] = {name: code for code, name in enumerate(RECORD_OPS)}
 COPY = OP_CODES["copy"]
+
+TRANSFORMS: dict[str, tuple[int, int, int, int, int]] = {
+    name: tuple(entry) for name, entry in _native.TRANSFORMS.items()}
+"""The transforms a copy may write through (LOADPLAN_TRANSFORMS in
+runtime/include/loadplan/plan_format.h), by name: (code, dtype code, atom
+rows, atom columns, atom words). A copy record through one ends with its
+code."""

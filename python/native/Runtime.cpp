@@ -114,6 +114,13 @@ void loadplan_python::defineRuntime(nb::module_ &m) {
   for (uint32_t kind = 0; kind < LOADPLAN_KIND_COUNT_; ++kind)
     kinds.append(loadplan_kind_name(kind));
   m.attr("KIND_NAMES") = nb::tuple(kinds);
+  nb::dict transforms;
+#define LOADPLAN_TRANSFORM_ENTRY_(e, code, name, dtype, rows, cols, words)     \
+  transforms[name] = nb::make_tuple(code, static_cast<int>(dtype), rows, cols, \
+                                    words);
+  LOADPLAN_TRANSFORMS(LOADPLAN_TRANSFORM_ENTRY_)
+#undef LOADPLAN_TRANSFORM_ENTRY_
+  m.attr("TRANSFORMS") = transforms;
   m.def(
       "cuda_device_count",
       []() {

@@ -23,7 +23,9 @@
 //     as_strided offset, stride... (the shape is the result type's)
 //     the others none
 //   copy           source, source type, target, dtype code, offset,
-//                  shape..., stride...
+//                  shape..., stride..., then for a copy through a
+//                  transform its code (LOADPLAN_TRANSFORMS): an odd count
+//                  of fields after the offset says it is there
 //   cat            result, result type, dim, inputs...
 //   value_read     input, op
 //   meta_failure   op, inputs...

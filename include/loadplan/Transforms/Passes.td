@@ -55,13 +55,20 @@ def ToBoxes : Pass<"loadplan-to-boxes", "::mlir::ModuleOp"> {
     box (a step slice, a broadcast, a cast no write does, a destination
     viewed with another element size, a source without a layout) gets a
     `loadplan.fallback` with the reason before it and stays, so later
-    stages still see the bytes it writes. Copies of no element vanish.
+    stages still see the bytes it writes. Copies of no element vanish. A
+    copy through a transform (`transform "marlin_w4"`) is a transforming
+    write of its source's box, its destination the region as it is, where
+    the source is a box of the 2-d checkpoint tensor in row-major order
+    (rows along its dim 0, columns along its dim 1); otherwise it falls
+    back.
   }];
   let dependentDialects = ["::mlir::loadplan::LoadPlanDialect"];
   let statistics = [
     Statistic<"numWrites", "writes", "Number of copies reduced to writes">,
     Statistic<"numConverting", "converting-copies",
               "Number of those copies that convert elements">,
+    Statistic<"numTransforming", "transforming-copies",
+              "Number of those copies that write through a transform">,
     Statistic<"numRefused", "refused-copies",
               "Number of copies that are not copies of a box">,
   ];

@@ -157,6 +157,10 @@ class Capture:
         # writes into its tensors, in arrival order.
         self.module_names: dict[str, list[str]] = {
             module: list(names) for module, names in sink.module_names.items()}
+        # For each module whose tensors stood in for live ones (redirects),
+        # the names whose loader wrote into them, in arrival order.
+        self.redirect_names: dict[str, list[str]] = {
+            module: list(names) for module, names in sink.redirect_names.items()}
         # The constants written into targets while planning, where the
         # loader filled a checkpoint tensor in place and copied it.
         self.fills: list[Fill] = list(sink.fills)

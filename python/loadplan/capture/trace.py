@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 import torch
 import torch.utils._pytree as pytree
 
-from .. import _ir, _native
+from .. import _ir, _native, _runtime
 from torch.utils._python_dispatch import _disable_current_modes as no_dispatch
 
 from .ops import (
@@ -199,16 +199,32 @@ def result_dtype(t: torch.Tensor) -> torch.dtype:
 class Redirect:
     """A tensor that stands in the model for others while the loader is
     traced: a layer's tensor in its checkpoint format, whose elements the
-    engine's processing only moves into live tensors. ``remap(offset,
-    shape, stride)`` turns a copy into a region of it (in its elements)
-    into ``(target, offset, shape, stride)`` regions of those live tensors,
-    each shape splitting the region's dims in order, or says why it
-    cannot (then the name falls back, with ``module``'s reason)."""
+    engine's processing only moves into live tensors, or writes through a
+    transform. ``remap(offset, shape, stride)`` turns a copy into a region
+    of it (in its elements) into ``(target, offset, shape, stride)`` regions
+    of those live tensors, each shape splitting the region's dims in order,
+    or says why it cannot (then the name falls back, with ``module``'s
+    reason).
+
+    A region may also be ``(target, offset, shape, stride, transform)``,
+    ``transform`` None (as a 4-tuple) or the name of one of the plan's
+    transforms (``_ir.TRANSFORMS``, "marlin_w4"): the processing writes the
+    copied region, a matrix [rows, cols] (its dims other than 1, in order),
+    through it, so the live region's shape splits the transform's output
+    ([cols / 2, rows / 16, 32] for "marlin_w4") instead, its strides all
+    non-negative, and the copy is recorded as one through the transform
+    of the copied value as it is. The matrix must be whole atoms of the
+    transform's dtype, copied without a conversion; a copy that is not, and
+    a constant copied into such a region, fall back. The fifth item may
+    also be a pair ``(transform, box)``: the region is that of the part
+    ``box`` (a ``(start, stop)`` per dim of the copied region) only."""
 
     module: str
     tensor: str
     dtype: torch.dtype
-    remap: Any  # (offset, shape, stride) -> list[(Target, int, tuple, tuple)] | str
+    # (offset, shape, stride) -> str, or a list of
+    # (Target, int, tuple, tuple[, str | None | (str | None, box)])
+    remap: Any
     # What the writes into the live tensors write: ``dtype``'s bytes as
     # they are (the live tensor may view them as another dtype of their
     # size), or converted to another dtype, where the processing converts.
@@ -248,6 +264,42 @@ _BACKWARDS_LIMIT = 64
 REDIRECT_REASON = "vLLM rearranges {module} after loading, and a write of it does not follow: {why}"
 
 
+def _transform_and_box(more: list) -> tuple[str | None, tuple | None]:
+    """The transform and the box of a remapped region's fifth item (see
+    ``Redirect``): None, a transform's name, or a pair of either and a box."""
+    extra = more[0] if more else None
+    if isinstance(extra, tuple):
+        transform, box = extra
+        return transform, tuple(tuple(r) for r in box)
+    return extra, None
+
+
+def _transform_refusal(transform: str, copied: torch.dtype, written: torch.dtype,
+                       part: Sequence[int], shape: Sequence[int], target: Any,
+                       backwards: list[int]) -> str | None:
+    """Why a copy of a part of shape ``part`` of a ``copied`` tensor,
+    writing ``written`` elements, cannot go through ``transform`` into a
+    live region of ``shape`` (the verifier's rules for a transforming copy,
+    of the part's dims other than 1, and strides that step forwards); None
+    if it can."""
+    entry = _ir.TRANSFORMS.get(transform)
+    if entry is None:
+        return f"it names no transform {transform!r} (known: {', '.join(_ir.TRANSFORMS)})"
+    _, dtype_code, rows, cols, _ = entry
+    if backwards:
+        return f"a write through transform {transform} runs backwards through " \
+               f"{target.qualified_name}"
+    dtype = _runtime.DTYPES.get(dtype_code)
+    matrix = [n for n in part if n != 1]
+    if copied != dtype or written != dtype or len(matrix) != 2 or matrix[0] % rows \
+            or matrix[1] % cols or prod(shape) != prod(part):
+        name = str(dtype).removeprefix("torch.")
+        return f"a copy of {str(copied).removeprefix('torch.')} {list(part)} into a region of " \
+               f"{list(shape)} is not whole atoms of transform {transform} ({rows} x {cols} " \
+               f"{name}, as many elements)"
+    return None
+
+
 class Sink:
     """One capture: the records of every name, and the handlers the traces
     and the guard call."""
@@ -264,6 +316,8 @@ class Sink:
         self.fallback_storages = dict(fallback_storages or {})
         # Module of fallback_storages -> the names written into it, in order.
         self.module_names: dict[str, dict[str, None]] = {}
+        # Module of redirects -> the names written into it, in order.
+        self.redirect_names: dict[str, dict[str, None]] = {}
         # The constants the loader filled checkpoint tensors with and
         # copied into targets, written while planning (``Fill``).
         self.fills: list[Fill] = []
@@ -587,20 +641,46 @@ class Sink:
             return redirect.module, REDIRECT_REASON.format(module=redirect.module,
                                                            why="the copy broadcasts")
         writes = []
-        for target, offset, shape, stride in why:
+        for target, offset, shape, stride, *more in why:
+            transform, box = _transform_and_box(more)
+            # The part of the copied region this one writes: its shape.
+            part = tuple(src.shape) if box is None else tuple(b - a for a, b in box)
             backwards = [d for d, st in enumerate(stride) if st < 0]
-            if prod(shape[d] for d in backwards) > _BACKWARDS_LIMIT:
-                why = f"a write runs backwards through {target.qualified_name} too often"
-                return redirect.module, REDIRECT_REASON.format(module=redirect.module, why=why)
-            writes.append((target, offset, shape, stride, backwards))
+            if transform is not None:
+                refused = _transform_refusal(transform, src.dtype, redirect.writes_as or dest.dtype,
+                                             part, shape, target, backwards)
+            elif prod(shape[d] for d in backwards) > _BACKWARDS_LIMIT:
+                refused = f"a write runs backwards through {target.qualified_name} too often"
+            else:
+                refused = None
+            if refused is not None:
+                return redirect.module, REDIRECT_REASON.format(module=redirect.module,
+                                                               why=refused)
+            writes.append((target, offset, shape, stride, backwards, transform, box))
         record = src._record
+        self.redirect_names.setdefault(redirect.module, {})[record.name] = None
         if constant is not None:
             return self._fill_redirect(redirect, dest, record, writes, constant)
-        for target, offset, shape, stride, backwards in writes:
+        for target, offset, shape, stride, backwards, transform, box in writes:
             value = src
-            if tuple(shape) != tuple(src.shape):
-                value = self.view_op(src, src._meta.view(shape), "view")
+            for d, (a, b) in enumerate(box or ()):
+                if (a, b) != (0, src.shape[d]):
+                    value = self.view_op(value, value._meta.narrow(d, a, b - a), "slice",
+                                         d, a, b, 1)
             self.written.add(target.storage)
+            if transform is not None:
+                # The copied value in its own order, as a 2-d [rows, cols]:
+                # the region splits the transform's output of it.
+                matrix = tuple(n for n in value.shape if n != 1)
+                if tuple(value.shape) != matrix:
+                    value = self.view_op(value, value._meta.view(matrix), "view")
+                record.lines.append(
+                    (_ir.COPY, value._num, self.type_id(value.shape, value.dtype), target.index,
+                     _ir.dtype_code(value.dtype), offset, *shape, *stride,
+                     _ir.TRANSFORMS[transform][0]))
+                continue
+            if tuple(shape) != tuple(value.shape):
+                value = self.view_op(value, value._meta.view(shape), "view")
             # A dim that runs backwards through the live tensor: one copy per
             # index of it (regions step forwards).
             for picks in itertools.product(*(range(shape[d]) for d in backwards)):
@@ -618,14 +698,21 @@ class Sink:
     def _fill_redirect(self, redirect: Redirect, dest: torch.Tensor, record: Record,
                        writes: list, constant: torch.Tensor) -> tuple[str, str] | None:
         """A constant copied into ``redirect``'s tensor: each live region it
-        remaps to filled now and recorded as a constant write."""
+        remaps to filled now and recorded as a constant write. Not through
+        a transform, whose output of a constant is not the constant."""
         dtype = redirect.writes_as or dest.dtype
         size = dtype.itemsize
-        if any(t.byte_offset % size for t, *_ in writes):
+        transform = next((w[5] for w in writes if w[5] is not None), None)
+        if transform is not None:
+            why = f"a constant written through transform {transform} is not supported"
+        elif any(t.byte_offset % size for t, *_ in writes):
             why = "a live tensor's first byte is not a whole element of the constant"
+        else:
+            why = None
+        if why is not None:
             return redirect.module, REDIRECT_REASON.format(module=redirect.module, why=why)
         value = constant.to(dtype)
-        for target, offset, shape, stride, backwards in writes:
+        for target, offset, shape, stride, backwards, *_ in writes:
             # Every element gets the same value: a dim that runs backwards
             # is the same region run forwards.
             for d in backwards:

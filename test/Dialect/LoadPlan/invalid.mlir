@@ -686,6 +686,75 @@ loadplan.checkpoint "w" : tensor<4x8xf32> (%w) {
 
 // -----
 
+// A copy through a transform: a known transform, of its element type, from
+// a 2-d source of whole atoms, into a destination of as many elements (the
+// destination need not match the source's shape: it splits the transform's
+// output).
+loadplan.storage @s size 8192
+loadplan.target @t module "m" tensor "w" storage @s byte_offset 0 stride [512, 1] : tensor<4x512xi32>
+loadplan.checkpoint "w" : tensor<64x8xi32> (%w) {
+  // expected-error @+1 {{'loadplan.copy' op unknown transform "marlin_w8" (known: "marlin_w4")}}
+  loadplan.copy %w to @t <offset = 0, shape = [4, 4, 32], stride = [512, 1, 4]> as i32 transform "marlin_w8" : tensor<64x8xi32>
+}
+
+// -----
+
+loadplan.storage @s size 8192
+loadplan.target @t module "m" tensor "w" storage @s byte_offset 0 stride [512, 1] : tensor<4x512xi32>
+loadplan.checkpoint "w" : tensor<64x8xi32> (%w) {
+  // expected-error @+1 {{'loadplan.copy' op transform "marlin_w4" writes i32, not 'f32' (a transforming copy does not convert)}}
+  loadplan.copy %w to @t <offset = 0, shape = [4, 4, 32], stride = [512, 1, 4]> as f32 transform "marlin_w4" : tensor<64x8xi32>
+}
+
+// -----
+
+loadplan.storage @s size 8192
+loadplan.target @t module "m" tensor "w" storage @s byte_offset 0 stride [512, 1] : tensor<4x512xi32>
+loadplan.checkpoint "w" : tensor<64x8xf32> (%w) {
+  // expected-error @+1 {{'loadplan.copy' op transform "marlin_w4" reads a 2-d i32 source, not 'tensor<64x8xf32>'}}
+  loadplan.copy %w to @t <offset = 0, shape = [4, 4, 32], stride = [512, 1, 4]> as i32 transform "marlin_w4" : tensor<64x8xf32>
+}
+
+// -----
+
+loadplan.storage @s size 8192
+loadplan.target @t module "m" tensor "w" storage @s byte_offset 0 stride [512, 1] : tensor<4x512xi32>
+loadplan.checkpoint "w" : tensor<512xi32> (%w) {
+  // expected-error @+1 {{'loadplan.copy' op transform "marlin_w4" reads a 2-d i32 source, not 'tensor<512xi32>'}}
+  loadplan.copy %w to @t <offset = 0, shape = [4, 4, 32], stride = [512, 1, 4]> as i32 transform "marlin_w4" : tensor<512xi32>
+}
+
+// -----
+
+loadplan.storage @s size 8192
+loadplan.target @t module "m" tensor "w" storage @s byte_offset 0 stride [512, 1] : tensor<4x512xi32>
+loadplan.checkpoint "w" : tensor<64x8xi32> (%w) {
+  %0 = loadplan.slice %w dim 0 start 0 end 56 step 1 : tensor<64x8xi32> -> tensor<56x8xi32>
+  // expected-error @+1 {{'loadplan.copy' op source of 56 x 8 is not whole atoms of transform "marlin_w4" (16 rows by 2 columns)}}
+  loadplan.copy %0 to @t <offset = 0, shape = [4, 112], stride = [512, 1]> as i32 transform "marlin_w4" : tensor<56x8xi32>
+}
+
+// -----
+
+loadplan.storage @s size 8192
+loadplan.target @t module "m" tensor "w" storage @s byte_offset 0 stride [512, 1] : tensor<4x512xi32>
+loadplan.checkpoint "w" : tensor<64x8xi32> (%w) {
+  %0 = loadplan.slice %w dim 1 start 0 end 7 step 1 : tensor<64x8xi32> -> tensor<64x7xi32>
+  // expected-error @+1 {{'loadplan.copy' op source of 64 x 7 is not whole atoms of transform "marlin_w4" (16 rows by 2 columns)}}
+  loadplan.copy %0 to @t <offset = 0, shape = [448], stride = [1]> as i32 transform "marlin_w4" : tensor<64x7xi32>
+}
+
+// -----
+
+loadplan.storage @s size 8192
+loadplan.target @t module "m" tensor "w" storage @s byte_offset 0 stride [512, 1] : tensor<4x512xi32>
+loadplan.checkpoint "w" : tensor<64x8xi32> (%w) {
+  // expected-error @+1 {{'loadplan.copy' op destination has 256 elements but transform "marlin_w4" writes 512 of its source}}
+  loadplan.copy %w to @t <offset = 0, shape = [4, 2, 32], stride = [512, 1, 4]> as i32 transform "marlin_w4" : tensor<64x8xi32>
+}
+
+// -----
+
 loadplan.storage @s size 64
 loadplan.target @t module "m" tensor "w" storage @s byte_offset 0 stride [8, 1] : tensor<4x8xbf16>
 // expected-error @+1 {{'loadplan.read_target' op expects parent op 'loadplan.checkpoint'}}

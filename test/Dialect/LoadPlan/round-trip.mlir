@@ -313,6 +313,17 @@ loadplan.checkpoint "event.copy.empty" : tensor<0x8xbf16> (%w) {
   loadplan.copy %w to @t_empty <offset = 1000000, shape = [0, 8], stride = [8, 1]> as bf16 : tensor<0x8xbf16>
 }
 
+// A copy through a transform: its destination splits the transform's output
+// of the source ([8 / 2, 64 / 16, 32] for "marlin_w4"), here the rows of
+// a TP shard.
+// CHECK-LABEL: "event.copy.transform"
+// CHECK:         %[[S:.*]] = loadplan.slice %w dim 0 start 64 end 128 step 1
+// CHECK:         loadplan.copy %[[S]] to @t_marlin <offset = 0, shape = [4, 4, 32], stride = [512, 1, 4]> as i32 transform "marlin_w4" : tensor<64x8xi32>
+loadplan.checkpoint "event.copy.transform" : tensor<128x8xi32> (%w) {
+  %0 = loadplan.slice %w dim 0 start 64 end 128 step 1 : tensor<128x8xi32> -> tensor<64x8xi32>
+  loadplan.copy %0 to @t_marlin <offset = 0, shape = [4, 4, 32], stride = [512, 1, 4]> as i32 transform "marlin_w4" : tensor<64x8xi32>
+}
+
 // CHECK-LABEL: "event.value_read"
 // CHECK:         loadplan.value_read %w op "aten._local_scalar_dense" : tensor<bf16>
 loadplan.checkpoint "event.value_read" : tensor<bf16> (%w) {

@@ -469,6 +469,80 @@ LogicalResult CloneOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// Transforms (copies and writes through one)
+//===----------------------------------------------------------------------===//
+
+uint32_t loadplan::getTransformCode(std::optional<StringRef> name) {
+  if (!name)
+    return LOADPLAN_TRANSFORM_NONE;
+#define LOADPLAN_TRANSFORM_CODE_(e, code, text, dtype, rows, cols, words)      \
+  if (*name == text)                                                           \
+    return code;
+  LOADPLAN_TRANSFORMS(LOADPLAN_TRANSFORM_CODE_)
+#undef LOADPLAN_TRANSFORM_CODE_
+  return LOADPLAN_TRANSFORM_NONE;
+}
+
+namespace {
+/// A transform's atom (LOADPLAN_TRANSFORMS): `rows` x `cols` elements of
+/// `dtype` that become `words` elements.
+struct TransformAtom {
+  StringRef name;
+  uint32_t dtype;
+  int64_t rows, cols, words;
+
+  /// Whether `type` is the element type the transform reads and writes.
+  bool isElement(Type type) const {
+    std::string text;
+    llvm::raw_string_ostream(text) << type;
+    return text == loadplan_dtype_mlir_type(dtype);
+  }
+};
+} // namespace
+
+/// The atom of transform `name`, or an error at `op` that lists the known
+/// transforms.
+static FailureOr<TransformAtom> lookupTransform(Operation *op, StringRef name) {
+  TransformAtom atom{name, 0, 0, 0, 0};
+  if (loadplan_transform_atom(loadplan::getTransformCode(name), &atom.dtype,
+                              &atom.rows, &atom.cols, &atom.words))
+    return atom;
+  std::string known;
+#define LOADPLAN_TRANSFORM_KNOWN_(e, c, text, d, r, k, w)                      \
+  known += std::string(known.empty() ? "" : ", ") + "\"" text "\"";
+  LOADPLAN_TRANSFORMS(LOADPLAN_TRANSFORM_KNOWN_)
+#undef LOADPLAN_TRANSFORM_KNOWN_
+  return op->emitOpError() << "unknown transform \"" << name
+                           << "\" (known: " << known << ")";
+}
+
+/// Checks that `tensor` (the op's `what`) is what `atom`'s transform
+/// reads: a 2-d tensor of its element type.
+static LogicalResult checkTransformInput(Operation *op,
+                                         const TransformAtom &atom,
+                                         RankedTensorType tensor,
+                                         StringRef what) {
+  if (tensor.getRank() != 2 || !atom.isElement(tensor.getElementType()))
+    return op->emitOpError()
+           << "transform \"" << atom.name << "\" reads a 2-d "
+           << loadplan_dtype_mlir_type(atom.dtype) << " " << what << ", not "
+           << tensor;
+  return success();
+}
+
+/// Checks that `rows` x `cols` elements (the op's `what`) are whole atoms.
+static LogicalResult checkWholeAtoms(Operation *op, const TransformAtom &atom,
+                                     int64_t rows, int64_t cols,
+                                     StringRef what) {
+  if (rows % atom.rows || cols % atom.cols)
+    return op->emitOpError()
+           << what << " of " << rows << " x " << cols
+           << " is not whole atoms of transform \"" << atom.name << "\" ("
+           << atom.rows << " rows by " << atom.cols << " columns)";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Copies and events
 //===----------------------------------------------------------------------===//
 
@@ -522,6 +596,28 @@ LogicalResult CopyOp::verify() {
     return failure();
   ArrayRef<int64_t> src = tensorType(getSrc()).getShape();
   ArrayRef<int64_t> dest = getDest().getShape();
+  if (std::optional<StringRef> transform = getTransform()) {
+    // The destination splits the transform's output of the source, which
+    // has as many elements.
+    FailureOr<TransformAtom> atom = lookupTransform(*this, *transform);
+    if (failed(atom))
+      return failure();
+    if (!atom->isElement(getDtype()))
+      return emitOpError() << "transform \"" << *transform << "\" writes "
+                           << loadplan_dtype_mlir_type(atom->dtype)
+                           << ", not " << getDtype()
+                           << " (a transforming copy does not convert)";
+    if (failed(checkTransformInput(*this, *atom, tensorType(getSrc()),
+                                   "source")) ||
+        failed(checkWholeAtoms(*this, *atom, src[0], src[1], "source")))
+      return failure();
+    if (numElements(dest) != numElements(src))
+      return emitOpError() << "destination has " << numElements(dest)
+                           << " elements but transform \"" << *transform
+                           << "\" writes " << numElements(src)
+                           << " of its source";
+    return success();
+  }
   if (!broadcastsTo(src, dest) &&
       numElements(src) != numElements(dest)) {
     InFlightDiagnostic diag = emitOpError() << "cannot copy a tensor of shape [";
@@ -531,6 +627,10 @@ LogicalResult CopyOp::verify() {
     return diag << "]";
   }
   return success();
+}
+
+uint32_t CopyOp::getTransformCode() {
+  return loadplan::getTransformCode(getTransform());
 }
 
 LogicalResult CopyOp::verifySymbolUses(SymbolTableCollection &symbols) {
@@ -578,52 +678,24 @@ Type WriteOp::getWrittenType() {
   return (*this)->getParentOfType<CheckpointOp>().getTensorType().getElementType();
 }
 
-uint32_t WriteOp::getTransformCode() {
-  std::optional<StringRef> name = getTransform();
-  if (!name)
-    return LOADPLAN_TRANSFORM_NONE;
-#define LOADPLAN_TRANSFORM_CODE_(e, code, text, dtype, rows, cols, words)      \
-  if (*name == text)                                                           \
-    return code;
-  LOADPLAN_TRANSFORMS(LOADPLAN_TRANSFORM_CODE_)
-#undef LOADPLAN_TRANSFORM_CODE_
-  return LOADPLAN_TRANSFORM_NONE;
-}
-
 /// Checks a transforming write's checkpoint tensor and box against its
 /// transform's atom.
 static LogicalResult verifyTransform(WriteOp op, RankedTensorType tensor) {
-  uint32_t code = op.getTransformCode();
-  uint32_t dtype;
-  int64_t rows, cols, words;
-  if (!loadplan_transform_atom(code, &dtype, &rows, &cols, &words)) {
-    std::string known;
-#define LOADPLAN_TRANSFORM_KNOWN_(e, c, text, d, r, k, w)                      \
-  known += std::string(known.empty() ? "" : ", ") + "\"" text "\"";
-    LOADPLAN_TRANSFORMS(LOADPLAN_TRANSFORM_KNOWN_)
-#undef LOADPLAN_TRANSFORM_KNOWN_
-    return op.emitOpError() << "unknown transform \"" << *op.getTransform()
-                            << "\" (known: " << known << ")";
-  }
+  FailureOr<TransformAtom> atom = lookupTransform(op, *op.getTransform());
+  if (failed(atom))
+    return failure();
   if (op.getDtype())
     return op.emitOpError() << "transforms and converts (a transforming "
                                "write does not convert)";
-  std::string element;
-  llvm::raw_string_ostream(element) << tensor.getElementType();
-  if (tensor.getRank() != 2 || element != loadplan_dtype_mlir_type(dtype))
-    return op.emitOpError()
-           << "transform \"" << *op.getTransform() << "\" reads a 2-d "
-           << loadplan_dtype_mlir_type(dtype) << " checkpoint tensor, not "
-           << tensor;
+  if (failed(checkTransformInput(op, *atom, tensor, "checkpoint tensor")))
+    return failure();
   BoxAttr box = op.getBox();
-  int64_t boxRows = box.getStops()[0] - box.getStarts()[0],
-          boxCols = box.getStops()[1] - box.getStarts()[1];
-  if (boxRows % rows || boxCols % cols)
-    return op.emitOpError()
-           << "box of " << boxRows << " x " << boxCols
-           << " is not whole atoms of transform \"" << *op.getTransform()
-           << "\" (" << rows << " rows by " << cols << " columns)";
-  return success();
+  return checkWholeAtoms(op, *atom, box.getStops()[0] - box.getStarts()[0],
+                         box.getStops()[1] - box.getStarts()[1], "box");
+}
+
+uint32_t WriteOp::getTransformCode() {
+  return loadplan::getTransformCode(getTransform());
 }
 
 LogicalResult WriteOp::verify() {

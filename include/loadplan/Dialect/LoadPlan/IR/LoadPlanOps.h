@@ -22,4 +22,12 @@ class CheckpointOp;
 #define GET_OP_CLASSES
 #include "loadplan/Dialect/LoadPlan/IR/LoadPlanOps.h.inc"
 
+namespace mlir {
+namespace loadplan {
+/// The plan format's code of transform `name` (LOADPLAN_TRANSFORMS):
+/// LOADPLAN_TRANSFORM_NONE without a name, and for an unknown one.
+uint32_t getTransformCode(std::optional<StringRef> name);
+} // namespace loadplan
+} // namespace mlir
+
 #endif // LOADPLAN_DIALECT_LOADPLAN_IR_LOADPLANOPS_H

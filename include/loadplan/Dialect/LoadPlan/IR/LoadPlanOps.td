@@ -426,15 +426,35 @@ def LoadPlan_CopyOp : LoadPlan_EventOp<"copy", [
     of `dest`'s dtype `dtype` (which may differ from the target's, as for
     `param.view(torch.uint8)`). torch broadcasts `src` to `dest`'s shape.
 
+    `transform NAME` (one of the plan format's LOADPLAN_TRANSFORMS, as on
+    `loadplan.write`) writes `src` through the transform: an engine's
+    processing that lays out each atom of a 2-d tensor as its kernel reads
+    it (Marlin's 4-bit repack for "marlin_w4"). `src` is then 2-d, of the
+    transform's element type, and whole atoms (its rows and columns
+    multiples of the atom's), `dtype` is that element type (a transforming
+    copy does not convert), and `dest` splits the transform's output of
+    `src` (for "marlin_w4" and `src` [R, C]: [C / 2, R / 16, 32], atom
+    columns, atom rows, words) instead of `src`'s shape, with as many
+    elements as `src`. `--loadplan-to-boxes` makes it a transforming write
+    where `src` is a box of the checkpoint tensor in row-major order.
+
     ```mlir
     loadplan.copy %1 to @t0 <offset = 0, shape = [6, 4], stride = [4, 1]> as bf16
         : tensor<6x4xbf16>
+    loadplan.copy %w to @t1 <offset = 0, shape = [4, 4, 32], stride = [512, 1, 4]> as i32
+        transform "marlin_w4" : tensor<64x8xi32>
     ```
   }];
   let arguments = (ins LoadPlan_Trace:$src, FlatSymbolRefAttr:$target,
-                       LoadPlan_LayoutAttr:$dest, TypeAttr:$dtype);
+                       LoadPlan_LayoutAttr:$dest, TypeAttr:$dtype,
+                       OptionalAttr<StrAttr>:$transform);
   let assemblyFormat = [{
-    $src `to` $target $dest `as` $dtype attr-dict `:` type($src)
+    $src `to` $target $dest `as` $dtype (`transform` $transform^)? attr-dict
+    `:` type($src)
+  }];
+  let extraClassDeclaration = [{
+    /// The plan format's code of `transform`, as WriteOp's.
+    uint32_t getTransformCode();
   }];
   let hasVerifier = 1;
 }
