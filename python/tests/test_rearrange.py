@@ -290,20 +290,29 @@ def test_a_write_across_the_swap_is_one_copy_per_half():
                        reference.proj.weight.view(torch.int16))
 
 
-def test_a_write_that_does_not_follow_the_processing_falls_back_with_why():
+def test_a_write_across_the_halves_is_written_in_parts_at_the_swap():
     from loadplan import ParamMeta
 
+    g = torch.Generator().manual_seed(5)
+    mid = torch.randn(R, C, generator=g).to(torch.bfloat16)
+    reference = Fused("cpu")
+    reference.load_weights([("both", torch.zeros(2 * R, C, dtype=torch.bfloat16))])
+    reference.proj.weight.data[R // 2:R // 2 + R].copy_(mid)
+    swap_and_transpose(reference.proj)
     model = Fused("cpu")
     model.load_weights([("both", torch.zeros(2 * R, C, dtype=torch.bfloat16))])
     swap_and_transpose(model.proj)
-    # Rows R/2 to 3R/2 cross from one half into the other: no strides.
+    # Rows R/2 to 3R/2 cross from one half into the other: no strides take
+    # them whole, but each half's part folds.
     model.load_weights = lambda weights: [
         model.proj.weight.data[R // 2:R // 2 + R].copy_(w) for _, w in weights]
     plan = plan_rearranged(model, [ParamMeta("mid", (R, C), torch.bfloat16)])
     entry = plan.entries["mid"]
-    assert entry.kind == "fallback"
-    assert entry.reason.startswith("vLLM rearranges proj after loading, and a write of it "
-                                   "does not follow: a write into weight"), entry.reason
+    assert entry.kind == "direct", entry.reason
+    assert sorted(entry.boxes) == [((0, R // 2), (0, C)), ((R // 2, R), (0, C))]
+    loadplan.load_planned(model, plan, [("mid", mid)])
+    assert torch.equal(model.proj.weight.view(torch.int16),
+                       reference.proj.weight.view(torch.int16))
 
 
 # -- FlashInfer TRT-LLM's bf16 experts: padding zeroed, rows permuted in place --
@@ -442,3 +451,150 @@ def test_a_source_both_as_it_is_and_converted_is_refused():
     with pytest.raises(ra.NotRearrangement, match="both as it is and converted"):
         ra.trace(layer, dict(layer.named_parameters()),
                  {n: t.data for n, t in real.named_parameters()}, lambda: both(layer))
+
+
+# -- Marlin's int4 experts: padding and a 4-bit repack -------------------------
+
+E4, S4, H4, G4 = 2, 96, 128, 32  # experts, intermediate (this rank's), hidden, group
+P4 = 128  # the intermediate padded to Marlin's thread tile (a multiple of 64)
+
+
+class Int4Experts(torch.nn.Module):
+    """The tensors of a compressed-tensors W4A16 MoE layer (pack-quantized,
+    Kimi-K2's experts) in its checkpoint format, at tensor parallelism 2:
+    this rank's intermediate is ``S4`` (96: not a multiple of Marlin's 64,
+    padded to 128; or 128 with ``Int4Experts.S = 128``, unpadded)."""
+
+    S = S4
+
+    def __init__(self, device: str):
+        super().__init__()
+        S4 = self.S  # noqa: N806 - the module's name for it
+
+        def param(*shape, dtype=torch.int32):
+            return torch.nn.Parameter(torch.empty(*shape, dtype=dtype, device=device),
+                                      requires_grad=False)
+
+        self.w13_weight_packed = param(E4, 2 * S4, H4 // 8)
+        self.w2_weight_packed = param(E4, H4, S4 // 8)
+        self.w13_weight_scale = param(E4, 2 * S4, H4 // G4, dtype=torch.bfloat16)
+        self.w2_weight_scale = param(E4, H4, S4 // G4, dtype=torch.bfloat16)
+
+
+def marlin_int4(layer: Int4Experts) -> None:
+    """What vLLM's ``_process_weights_marlin`` does to int4 experts, with
+    vLLM's own functions: K-first, the intermediate zero-padded to 128,
+    each expert repacked by ``torch.ops._C.gptq_marlin_repack`` (its GPU
+    op, defined by vllm_steer on its torch reference), scales permuted."""
+    import vllm._custom_ops as ops
+
+    S4 = layer.S  # noqa: N806
+    from vllm.model_executor.layers.fused_moe.oracle.int_wna16 import (
+        _pad_rows,
+        _pad_w13_shard_cols,
+    )
+    from vllm.model_executor.layers.quantization.utils.marlin_utils import (
+        marlin_moe_permute_scales,
+    )
+
+    w13 = layer.w13_weight_packed.transpose(1, 2).contiguous()
+    w2 = layer.w2_weight_packed.transpose(1, 2).contiguous()
+    s13 = layer.w13_weight_scale.transpose(1, 2).contiguous()
+    s2 = layer.w2_weight_scale.transpose(1, 2).contiguous()
+    w13, s13 = _pad_w13_shard_cols(w13, S4, P4), _pad_w13_shard_cols(s13, S4, P4)
+    w2, s2 = _pad_rows(w2, P4 // 8), _pad_rows(s2, P4 // G4)
+    w13 = ops.gptq_marlin_moe_repack(w13, w13.shape[1] * 8, w13.shape[2], 4)
+    w2 = ops.gptq_marlin_moe_repack(w2, w2.shape[1] * 8, w2.shape[2], 4)
+    s13 = marlin_moe_permute_scales(s13, size_k=S4, size_n=s13.shape[2], group_size=G4)
+    s2 = marlin_moe_permute_scales(s2, size_k=s2.shape[1] * G4, size_n=s2.shape[2],
+                                   group_size=G4)
+    for name, t in (("w13_weight_packed", w13), ("w2_weight_packed", w2),
+                    ("w13_weight_scale", s13), ("w2_weight_scale", s2)):
+        replace_parameter(layer, name, t)
+
+
+def int4_checkpoint(seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, t in Int4Experts("meta").named_parameters():
+        if t.dtype == torch.int32:
+            out[name] = torch.randint(-2**31, 2**31, t.shape, generator=g,
+                                      dtype=torch.int64).to(torch.int32)
+        else:
+            out[name] = (torch.rand(t.shape, generator=g) + 0.01).to(t.dtype)
+    return out
+
+
+@pytest.mark.parametrize("intermediate", [S4, P4], ids=["padded", "unpadded"])
+def test_marlin_int4_experts_are_composed_through_padding_and_the_repack(monkeypatch,
+                                                                         intermediate):
+    import vllm_steer
+    from loadplan.vllm import kernel_refs
+
+    vllm_steer._define_marlin_repack()
+    monkeypatch.setattr(Int4Experts, "S", intermediate)
+
+    def processed4(values):
+        layer = Int4Experts("cpu")
+        for name, t in layer.named_parameters():
+            t.data.copy_(values[name])
+        marlin_int4(layer)
+        return {n: t.data for n, t in layer.named_parameters()}
+
+    live = processed4(int4_checkpoint(0))
+    meta = Int4Experts("meta")
+    what = ra.trace(meta, dict(meta.named_parameters()), live, lambda: marlin_int4(meta))
+    assert set(what.sources) == set(live)
+    assert bool(what.zero_places) == (intermediate < P4)  # the padding, weights and scales
+    for seed in (1, 2):
+        values = int4_checkpoint(seed)
+        want = processed4(values)
+        # What the writes miss shows, but for the padding, zeroed as the
+        # worker's proof does.
+        got = {n: torch.full_like(t.view(torch.uint8), 0xA5).view(t.dtype)
+               for n, t in want.items()}
+        transformed = 0
+        for name, t in values.items():
+            for box in boxes(name, t.contiguous()):
+                writes = what.remap(name, box.storage_offset(), box.shape, box.stride())
+                assert not isinstance(writes, str), writes
+                for live_name, offset, shape, stride, *how in writes:
+                    part = box
+                    if how:  # a part of the box, maybe through a transform
+                        transform, sub = how[0]
+                        part = box[tuple(slice(a, b) for a, b in sub)]
+                        if transform is not None:
+                            assert transform == "marlin_w4"
+                            part = kernel_refs.marlin_w4_transform(part)
+                            transformed += 1
+                    torch.as_strided(got[live_name], shape, stride, offset).copy_(
+                        part.reshape(shape))
+        for live_name, offset, shape, stride in what.zero_places:
+            t = got[live_name]
+            torch.as_strided(t.view(-1).view(torch.uint8), shape, stride, offset).zero_()
+        # Gate and up of each expert: a tile of 64 rows and two subtiles
+        # apart; each expert's down whole.
+        assert transformed == E4 * 2 * (2 if intermediate < P4 else 1) + E4
+        for name, t in want.items():
+            assert torch.equal(got[name].view(torch.uint8), t.view(torch.uint8)), name
+
+
+def test_a_write_that_cuts_marlins_atoms_is_refused_with_why():
+    import vllm_steer
+
+    vllm_steer._define_marlin_repack()
+    live = {n: t for n, t in Int4Experts("meta").named_parameters()}
+    cpu = Int4Experts("cpu")
+    for t in cpu.parameters():
+        t.data.zero_()
+    marlin_int4(cpu)
+    meta = Int4Experts("meta")
+    what = ra.trace(meta, dict(meta.named_parameters()), dict(cpu.named_parameters()),
+                    lambda: marlin_int4(meta))
+    del live
+    # Rows 8 to 40 of expert 0's gate: they start inside an atom.
+    t = torch.empty(E4, 2 * S4, H4 // 8, dtype=torch.int32)
+    says = what.remap("w13_weight_packed", t[0, 8:40].storage_offset(), (32, H4 // 8),
+                      (H4 // 8, 1))
+    assert says == "a write into w13_weight_packed@pad0 that cuts Marlin's atoms (16 rows " \
+                   "of N by 2 words of K)"

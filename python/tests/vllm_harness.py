@@ -37,8 +37,11 @@ def round_tensor(name: str, shape, dtype: torch.dtype, seed: int, round_: int) -
     the same in every process."""
     digest = hashlib.sha256(f"{seed}/{round_}/{name}".encode()).digest()
     gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
-    if not dtype.is_floating_point:  # packed values or exponents (mxfp4): any bytes
-        return torch.randint(0, 256, tuple(shape), dtype=torch.uint8, generator=gen).view(dtype)
+    if not dtype.is_floating_point:  # packed values or exponents (mxfp4, int4): any bytes
+        shape = tuple(shape) or (1,)
+        raw = (*shape[:-1], shape[-1] * dtype.itemsize)
+        out = torch.randint(0, 256, raw, dtype=torch.uint8, generator=gen).view(dtype)
+        return out.reshape(tuple(shape))
     return (torch.randn(tuple(shape), generator=gen) * 0.05).to(dtype)
 
 
@@ -49,11 +52,25 @@ def round_value(spec: "Spec", meta, round_: int) -> torch.Tensor:
     import vllm_tiny as tiny
 
     name = meta.name
+    if name.endswith(".weight_shape"):  # a W4A16 weight's shape: the checkpoint's, always
+        return _checkpoint_tensor(spec.model_dir, name)
     if spec.draft:
         layer, _, suffix = name.removeprefix("model.layers.").partition(".")
         if layer.isdigit() and suffix in tiny.MTP_COPIES:
             name = tiny.MTP_COPIES[suffix]
     return round_tensor(name, meta.shape, meta.dtype, spec.seed, round_)
+
+
+@functools.lru_cache(maxsize=None)
+def _checkpoint_tensor(model_dir: str, name: str) -> torch.Tensor:
+    """Tensor ``name`` of the saved model in ``model_dir``."""
+    from safetensors import safe_open
+
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        with safe_open(str(path), "pt") as f:
+            if name in f.keys():
+                return f.get_tensor(name)
+    raise KeyError(name)
 
 
 @dataclass
@@ -108,6 +125,9 @@ class Spec:
     source_in_place: bool = False
 
 
+_INTEGER = {"U8": torch.uint8, "I32": torch.int32, "I64": torch.int64}
+
+
 def metadata(spec: Spec, variant: str | None = None):
     """vLLM ParamMetas of the checkpoint as the trainer holds it: each
     tensor's checkpoint shape and dtype (fp32 where real checkpoints ship
@@ -130,8 +150,9 @@ def metadata(spec: Spec, variant: str | None = None):
                 t = f.get_slice(name)
                 shape = tuple(t.get_shape())
                 dtype = torch.float32 if name.endswith(spec.fp32_names) else torch.bfloat16
-                if t.get_dtype() == "U8":  # mxfp4 blocks and scales: sent as they are
-                    dtype = torch.uint8
+                # mxfp4 blocks and scales, int4 words and weight shapes: sent
+                # as they are.
+                dtype = _INTEGER.get(t.get_dtype(), dtype)
                 if spec.sharded and spec.trainers > 1 and len(shape) >= 2:
                     dim = 1 if ("o_proj" in name or "down_proj" in name) else 0
                     out.append(ParamMeta(name, dtype, shape, owners=tuple(range(spec.trainers)),

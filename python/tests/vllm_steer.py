@@ -53,9 +53,11 @@ not. Profiles:
   after loading, each expert's packed weights and scales transposed to
   K-first, the intermediate size zero-padded to Marlin's thread tile where
   it is not a multiple of 64, the 4-bit values repacked into Marlin's
-  tiles (``gptq_marlin_moe_repack``, a CUDA kernel: its torch reference,
-  ``kernel_refs.gptq_marlin_moe_repack``) and the scales permuted, new
-  tensors. Not made: the kernel object.
+  tiles (vLLM's ``gptq_marlin_moe_repack``: its loop over experts of the
+  CUDA kernel ``torch.ops._C.gptq_marlin_repack``, defined here with its
+  torch reference, ``kernel_refs.gptq_marlin_repack``, as the kernel the
+  GPU build registers) and the scales permuted, new tensors. Not made: the
+  kernel object.
 - ``marlin-int4-linear``: int4 W4A16 linear layers (compressed-tensors,
   dense models) get vLLM's ``MarlinLinearKernel`` (NVIDIA's choice for
   them on Ampere, Ada and Blackwell; Hopper's is Machete): each weight
@@ -311,9 +313,41 @@ def _marlin_int4_moe() -> None:
     # puts Humming before it). The CPU's own list has no Marlin.
     oracle._get_priority_backends = lambda: [oracle.WNA16MoEBackend.MARLIN]
     MarlinExpertsBase._supports_current_device = staticmethod(lambda: True)
-    # The oracle calls it through the module.
-    ops.gptq_marlin_moe_repack = kernel_refs.gptq_marlin_moe_repack
+    _define_marlin_repack()
     _no_kernel_object(CompressedTensorsWNA16MoEMethod, "_setup_kernel")
+
+
+_MARLIN_REPACK_SCHEMA = ("gptq_marlin_repack(Tensor b_q_weight, SymInt size_k, SymInt size_n, "
+                         "int num_bits, bool is_a_8bit=False) -> Tensor")
+
+
+def _define_marlin_repack() -> None:
+    """``torch.ops._C.gptq_marlin_repack`` as vLLM's GPU build registers it
+    (its schema, and a fake that gives the shape), computed on the CPU by
+    its torch reference: vLLM's own code calls it, and a trace of the
+    processing sees the kernel's op, as on a GPU. Once per process."""
+    import torch
+
+    from loadplan.vllm import kernel_refs
+
+    if hasattr(torch.ops._C, "gptq_marlin_repack"):
+        return
+    lib = torch.library.Library("_C", "FRAGMENT")
+    _LIBRARIES.append(lib)
+    lib.define(_MARLIN_REPACK_SCHEMA)
+
+    def repack(b_q_weight, size_k, size_n, num_bits, is_a_8bit=False):
+        return kernel_refs.gptq_marlin_repack(b_q_weight, size_k, size_n, num_bits, is_a_8bit)
+
+    lib.impl("gptq_marlin_repack", repack, "CPU")
+
+    def fake(b_q_weight, size_k, size_n, num_bits, is_a_8bit=False):
+        return b_q_weight.new_empty((size_k // 16, size_n * 16 // (32 // num_bits)))
+
+    torch.library.register_fake("_C::gptq_marlin_repack", fake, lib=lib)
+
+
+_LIBRARIES: list = []  # the libraries defined here, alive as long as the process
 
 
 class _CudaPlatform:

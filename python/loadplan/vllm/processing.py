@@ -477,16 +477,24 @@ def recomputes(plan, writers: Writers, model: torch.nn.Module, module: str,
 
 
 def rearranges(plan, writers: Writers, model: torch.nn.Module, module: str,
-               what: rearrange.Rearranged, received: Mapping[str, torch.Tensor]) -> str | None:
+               what: rearrange.Rearranged, received: Mapping[str, torch.Tensor],
+               load_weights: Callable[[list], object]) -> str | None:
     """Whether ``plan``'s direct writes of ``received`` (an update's
-    tensors) into the rearranged ``module``, then its epilogues, leave what
-    vLLM's reload of the same weights left (the layer's tensors now). None
-    if they do; else why not. The layer is left as it was either way."""
+    tensors) into the rearranged ``module``, then its epilogues and
+    ``load_weights`` of the names loaded into it that the plan makes
+    fallbacks (as an update loads them: a W4A16 weight's int64 shape into
+    the layer's bfloat16 one, which the processing leaves as it is), leave
+    what vLLM's reload of the same weights left (the layer's tensors now).
+    None if they do; else why not. The layer is left as it was either
+    way."""
     layer = model.get_submodule(module)
     names = writers.into(module, get_layer_tensors(layer))
     if not names:
         return "no name is written into it directly"
-    if missing := [n for n in names if n not in received]:
+    capture = plan.capture
+    loaded = [n for n in (capture.redirect_names.get(module, ()) if capture is not None else ())
+              if plan.entries[n].kind == "fallback"]
+    if missing := [n for n in names + loaded if n not in received]:
         return f"the update did not carry {missing[0]!r} whole"
     after = _snapshot(layer)
     try:
@@ -501,6 +509,8 @@ def rearranges(plan, writers: Writers, model: torch.nn.Module, module: str,
             if storage_key(fill.target.real) in mine:
                 fill.write()
         what.run_epilogues(layer)
+        if loaded:
+            load_weights([(n, received[n]) for n in loaded])
         # The padding the processing zeroed stays zero (no name writes it).
         for live, offset, shape, stride in what.zero_places:
             t = getattr(layer, live).data

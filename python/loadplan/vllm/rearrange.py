@@ -31,26 +31,43 @@ update's writes: they commute with moves. Anything else (arithmetic, a
 conversion of part of a tensor or of moved elements, a read of a value)
 means the layer is not a rearrangement; ``trace`` says which op.
 
+Zero padding with ``F.pad`` (``constant_pad_nd``) of a tensor that holds
+each element of a checkpoint-format tensor once makes the padded tensor a
+source of its own (``Padded``): the checkpoint-format tensor's places lead
+into it, its places into the live tensors, and its padding is zeroed boxes
+of it. A Marlin repack of 4-bit values (vLLM's ``gptq_marlin_repack``, the
+GPU build's ``torch.ops._C`` op, called per expert) moves nibbles, not
+bytes: its output is a *tiled* piece, the repack of a GPTQ-packed block of
+a source, and a live tensor made of such pieces takes its source's
+elements through the plan's ``marlin_w4`` transform (``TiledPlace``).
+Indexing by a Python list (Marlin's scale permutations) is made a gather by
+a CPU index, whose values the trace can read.
+
 ``Rearranged.remap`` then composes: a loader's copy into a region of a
 checkpoint-format tensor becomes copies into regions of the live tensors,
 each a strided region whose dims split the box's (``Sink`` in the capture
-records them as ordinary direct writes).
+records them as ordinary direct writes); where the region does not fold
+whole, parts of it cut at block edges, each with its box; through a
+repack, transforming writes of whole atoms.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import prod
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._python_dispatch import _disable_current_modes as no_dispatch
 from torch.utils._pytree import tree_leaves, tree_map
 
 from ..capture.targets import storage_key
+from . import kernel_refs
 
 aten = torch.ops.aten
 
@@ -175,16 +192,35 @@ def compose(modes: Sequence[Mode], base: int, offset: int, shape: Sequence[int],
 
 
 @dataclass(frozen=True)
+class Tiled:
+    """What a Marlin repack (vLLM's ``gptq_marlin_repack``, 4-bit, the plan
+    format's ``marlin_w4`` transform) made of a GPTQ-packed int32 matrix X
+    ``[size_k / 8, size_n]`` of ``source``: X's element ``(kw, n)`` is at
+    byte ``base + evaluate(rows, kw) + evaluate(cols, n)`` of the source,
+    and the piece's bytes are X's repacked words, ``[size_k / 16, 2 *
+    size_n]``."""
+
+    transform: str
+    base: int
+    rows: tuple[Mode, ...]
+    cols: tuple[Mode, ...]
+    size_k: int
+    size_n: int
+
+
+@dataclass(frozen=True)
 class Piece:
     """Bytes ``[start, stop)`` of a traced storage: byte ``start + i`` is
     byte ``base + evaluate(modes, i)`` of ``source``; None: bytes no
-    checkpoint tensor gave (scratch not yet written)."""
+    checkpoint tensor gave (scratch not yet written). With ``tiled``, the
+    bytes are a Marlin repack of part of ``source`` instead (no modes)."""
 
     start: int
     stop: int
     source: str | None
     base: int = 0
     modes: tuple[Mode, ...] = ()
+    tiled: Tiled | None = None
 
 
 @dataclass
@@ -206,9 +242,10 @@ def _runs(pieces: list[Piece]) -> list[Piece]:
     while i < len(pieces):
         p, j, step = pieces[i], i + 1, None
         length = p.stop - p.start
-        while p.source is not None and j < len(pieces):
+        while p.source is not None and p.tiled is None and j < len(pieces):
             q, prev = pieces[j], pieces[j - 1]
-            if (q.source != p.source or q.modes != p.modes or q.start != prev.stop
+            if (q.tiled is not None or q.source != p.source or q.modes != p.modes
+                    or q.start != prev.stop
                     or q.stop - q.start != length
                     or (step is not None and q.base - prev.base != step)):
                 break
@@ -242,6 +279,33 @@ _IDEMPOTENT = {aten.clamp_, aten.clamp_min_, aten.clamp_max_}
 _ZEROS = {aten.zero_, aten.fill_}
 
 
+@dataclass(frozen=True)
+class Padded:
+    """A zero-padded tensor (``F.pad``), a source of its own: the padded
+    tensor's elements at ``lo`` (per dim) onwards, over ``shape``, are those
+    of ``layout`` (of a checkpoint-format tensor); the rest are zeros. It is
+    contiguous: ``out_shape``, ``out_stride``."""
+
+    layout: Layout
+    shape: tuple[int, ...]
+    lo: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    out_stride: tuple[int, ...]
+    dtype: torch.dtype
+
+    def boxes(self) -> list[tuple[tuple[int, int], ...]]:
+        """The padding: boxes of the padded tensor no element of the
+        tensor is in, disjoint."""
+        out = []
+        inner = [(a, a + n) for a, n in zip(self.lo, self.shape)]
+        for d, ((a, b), full) in enumerate(zip(inner, self.out_shape)):
+            outer = [(0, f) for f in self.out_shape[d + 1:]]
+            for lo, hi in ((0, a), (b, full)):
+                if lo < hi:
+                    out.append((*inner[:d], (lo, hi), *outer))
+        return out
+
+
 class _Follow(TorchDispatchMode):
     """Follows the bytes of the traced storages through the ops that run
     on them (see the module doc)."""
@@ -258,6 +322,10 @@ class _Follow(TorchDispatchMode):
         # A converted checkpoint-format tensor's own source name -> (the
         # tensor, the dtype): its layouts are in bytes of the conversion.
         self.converted: dict[str, tuple[str, torch.dtype]] = {}
+        # A padded tensor's source name -> what it pads.
+        self.padded: dict[str, Padded] = {}
+        # The checkpoint-format tensors: shape and dtype (``trace`` sets it).
+        self.formats: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
         self.keep: list[torch.Tensor] = []  # so that storage keys stay unique
 
     def track(self, t: torch.Tensor, source: str) -> None:
@@ -294,18 +362,28 @@ class _Follow(TorchDispatchMode):
         piece = inside[0]
         if piece.source is None:
             raise NotRearrangement("a read of bytes no checkpoint tensor gave")
+        if piece.tiled is not None:
+            raise NotRearrangement(f"a view of Marlin's repack of {piece.source}")
         found = compose(piece.modes, piece.base, offset - piece.start, shape, stride)
         if found is None:
             raise NotRearrangement(f"a view of {piece.source} with strides "
                                    f"{list(t.stride())} that no modes hold")
         return piece, found
 
-    def _write(self, dst: torch.Tensor, layout: Layout, epilogue: tuple) -> None:
-        """``dst`` (a view of any storage) now holds ``layout``'s elements."""
+    def _write(self, dst: torch.Tensor, layout: Layout | None, epilogue: tuple,
+               tiled: tuple[str, Tiled] | None = None) -> None:
+        """``dst`` (a view of any storage) now holds ``layout``'s elements,
+        or (``tiled``: source and repack) a Marlin repack's words."""
         size = dst.element_size()
         byte = ((size, 1),) if size > 1 else ()
         nbytes = dst.untyped_storage().nbytes()
-        if dst.is_contiguous():
+        if tiled is not None:
+            if not dst.is_contiguous():
+                raise NotRearrangement("a copy of Marlin's repack into a tensor out of order")
+            start = dst.storage_offset() * size
+            layout = Layout(tiled[0], 0, ())
+            modes = ()
+        elif dst.is_contiguous():
             start = dst.storage_offset() * size
             modes = tuple(m for d in layout.dims for m in d) + byte
         else:
@@ -322,7 +400,8 @@ class _Follow(TorchDispatchMode):
             start = 0
             modes = tuple(m for d in order for m in layout.dims[d]) + byte
         stop = start + dst.numel() * size
-        new = Piece(start, stop, layout.source, layout.base, modes)
+        new = Piece(start, stop, layout.source, layout.base, modes,
+                    tiled[1] if tiled is not None else None)
         entry = self.storages.get(storage_key(dst))
         if entry is None:
             entry = self.storages[storage_key(dst)] = Storage([Piece(0, nbytes, None)])
@@ -348,6 +427,8 @@ class _Follow(TorchDispatchMode):
     def _cut(p: Piece, lo: int, hi: int) -> Piece:
         if p.source is None:
             return Piece(lo, hi, None)
+        if p.tiled is not None:
+            raise NotRearrangement(f"a copy into part of Marlin's repack of {p.source}")
         found = compose(p.modes, p.base, lo - p.start, (hi - lo,), (1,))
         if found is None:
             raise NotRearrangement("a copy into part of a rearranged tensor")
@@ -369,7 +450,11 @@ class _Follow(TorchDispatchMode):
             return out
         if func.is_view or packet in _ALIASES:
             return func(*args, **kwargs)
+        if func._schema.name.split("::")[-1] == "gptq_marlin_repack":
+            return self._repack(func, args, kwargs)
         src = args[0]
+        if packet is aten.constant_pad_nd:
+            return self._pad(func, args, kwargs)
         if packet in _COPIES:
             out = func(*args, **kwargs)
             if out.dtype != src.dtype:
@@ -428,6 +513,11 @@ class _Follow(TorchDispatchMode):
             dst, value = args[0], args[1]
             if storage_key(value) not in self.storages:
                 raise NotRearrangement("a traced tensor overwritten with untraced values")
+            if (tiled := self._tiled(value)) is not None:
+                if dst.dtype != value.dtype or tuple(dst.shape) != tuple(value.shape):
+                    raise NotRearrangement("a copy of Marlin's repack that converts or broadcasts")
+                self._write(dst, None, self._epilogue(value), tiled)
+                return dst
             if dst.dtype != value.dtype:
                 raise NotRearrangement(f"a copy_ converts {self._source(value)} from "
                                        f"{value.dtype} to {dst.dtype}")
@@ -456,6 +546,108 @@ class _Follow(TorchDispatchMode):
             return src
         raise NotRearrangement(f"it computes {packet.__name__} on "
                                f"{self._source(traced[0])}")
+
+    def _repack(self, func, args, kwargs) -> torch.Tensor:
+        """vLLM's Marlin repack of a traced GPTQ-packed matrix: a new
+        tensor whose bytes are its repacked words (a tiled piece)."""
+        names = ("b_q_weight", "size_k", "size_n", "num_bits", "is_a_8bit")
+        bound = dict(zip(names, args)) | dict(kwargs)
+        x, num_bits = bound["b_q_weight"], int(bound["num_bits"])
+        if num_bits != 4 or bound.get("is_a_8bit", False):
+            raise NotRearrangement(f"Marlin repacks {num_bits}-bit values"
+                                   f"{' for 8-bit activations' if bound.get('is_a_8bit') else ''}"
+                                   f", which no transform of the plan does")
+        if x.dtype != torch.int32 or x.dim() != 2:
+            raise NotRearrangement(f"Marlin repacks a {x.dim()}-d {x.dtype} tensor")
+        layout = self._need(x)
+        if self._epilogue(x):
+            raise NotRearrangement("Marlin repacks a tensor with an epilogue")
+        out = func(*args, **kwargs)
+        n = out.numel() * out.element_size()
+        tiled = Tiled("marlin_w4", layout.base, layout.dims[0], layout.dims[1],
+                      int(bound["size_k"]), int(bound["size_n"]))
+        self.storages[storage_key(out)] = Storage([Piece(0, n, layout.source, tiled=tiled)])
+        self.keep.append(out)
+        return out
+
+    def _tiled(self, t: torch.Tensor) -> tuple[str, Tiled] | None:
+        """The source and repack ``t`` holds whole, None where it views no
+        repack's bytes."""
+        entry = self.storages[storage_key(t)]
+        size = t.element_size()
+        start, stop = t.storage_offset() * size, (t.storage_offset() + t.numel()) * size
+        tiled = [p for p in entry.pieces if p.tiled is not None and p.start < stop
+                 and start < p.stop]
+        if not tiled:
+            return None
+        if len(tiled) > 1 or not t.is_contiguous() or (tiled[0].start, tiled[0].stop) != (
+                start, stop):
+            raise NotRearrangement(f"a view of part of Marlin's repack of {tiled[0].source}")
+        return tiled[0].source, tiled[0].tiled
+
+    def tiled_place(self, t: torch.Tensor, name: str) -> tuple[str, TiledPlace] | None:
+        """Where ``t`` (the live tensor ``name``), if it holds Marlin
+        repacks, takes its source's elements from: the source and a
+        ``TiledPlace``; None if it holds none."""
+        entry = self.storages.get(storage_key(t))
+        if entry is None or not any(p.tiled is not None for p in entry.pieces):
+            return None
+        size = t.element_size()
+        if (not t.is_contiguous() or t.storage_offset()
+                or t.numel() * size != t.untyped_storage().nbytes()
+                or any(p.tiled is None for p in entry.pieces)):
+            raise NotRearrangement(f"{name} holds Marlin's repack and other bytes")
+        first = entry.pieces[0].tiled
+        sources = {p.source for p in entry.pieces}
+        if len(sources) != 1 or len({(p.tiled.size_k, p.tiled.size_n, p.tiled.transform)
+                                     for p in entry.pieces}) != 1:
+            raise NotRearrangement(f"{name} holds Marlin repacks of several shapes or sources")
+        source = sources.pop()
+        shape, dtype = self.formats[source]
+        rows, cols = first.size_k // 8, first.size_n
+        span = rows * cols
+        blocks, steps = [], set()
+        for p in entry.pieces:
+            # Each repack's input: a dense block of its source, row-major
+            # or transposed.
+            rm, cm = p.tiled.rows, p.tiled.cols
+            if rows < 2 or cols < 2 or len(rm) != 1 or len(cm) != 1 or p.start % 4 \
+                    or p.tiled.base % (4 * span):
+                raise NotRearrangement(f"Marlin's input in {name} is no dense block of {source}")
+            step = (rm[0][1] // 4, cm[0][1] // 4)
+            if step not in ((cols, 1), (1, rows)) or rm[0][1] % 4 or cm[0][1] % 4:
+                raise NotRearrangement(f"Marlin's input in {name} is no dense block of {source}")
+            steps.add(step)
+            blocks.append((p.start // 4, p.tiled.base // 4))
+        if len(steps) != 1 or sorted(b for _, b in blocks) != list(range(0, prod(shape), span)):
+            raise NotRearrangement(f"{name} does not hold each element of {source} once")
+        (kstride, nstride), = steps
+        return source, TiledPlace(name, first.transform, first.size_k, first.size_n, kstride,
+                                  nstride, tuple(blocks))
+
+    def _pad(self, func, args, kwargs) -> torch.Tensor:
+        """Zero padding (``F.pad``) of a traced tensor: a new source, the
+        padded tensor, whose part the tensor was (``Padded``)."""
+        x, pad = args[0], [int(p) for p in args[1]]
+        value = args[2] if len(args) > 2 else kwargs.get("value", 0)
+        if value not in (0, 0.0, None):
+            raise NotRearrangement(f"it pads {self._source(x)} with {value}, not zeros")
+        if any(p < 0 for p in pad):
+            raise NotRearrangement(f"a pad that cuts {self._source(x)}")
+        layout = self._need(x)
+        if self._epilogue(x):
+            raise NotRearrangement("a pad of a tensor with an epilogue")
+        if layout.source not in self.formats:
+            raise NotRearrangement(f"a pad of {layout.source}, padded or converted before")
+        out = func(*args, **kwargs)
+        lo = [0] * x.dim()
+        for i in range(len(pad) // 2):
+            lo[x.dim() - 1 - i] = pad[2 * i]
+        name = f"{layout.source}@pad{len(self.padded)}"
+        self.padded[name] = Padded(layout, tuple(x.shape), tuple(lo), tuple(out.shape),
+                                   tuple(out.stride()), out.dtype)
+        self.track(out, name)
+        return out
 
     def _convert(self, src: torch.Tensor, out: torch.Tensor) -> None:
         """``out`` is ``src`` converted to another dtype: where ``src`` is a
@@ -547,6 +739,106 @@ class Place:
 Box = tuple[tuple[int, int], ...]  # per dim of a checkpoint-format tensor, [start, stop)
 
 
+@dataclass(frozen=True)
+class TiledPlace:
+    """Where a source's elements go in a live tensor that holds Marlin
+    repacks of blocks of it (a MoE layer's experts, one after another):
+    block ``b`` is the GPTQ-packed int32 matrix X ``[size_k / 8, size_n]``
+    whose element ``(kw, n)`` is element ``blocks[b][1] + kw * kstride + n
+    * nstride`` of the source, dense (row-major, or its transpose: the
+    checkpoint's ``[N, K/8]`` as it is), and its repacked words start at
+    element ``blocks[b][0]`` of the live tensor."""
+
+    live: str
+    transform: str
+    size_k: int
+    size_n: int
+    kstride: int
+    nstride: int
+    blocks: tuple[tuple[int, int], ...]  # (live element, source element)
+
+    def _block(self, offset: int) -> tuple[int, int] | None:
+        span = self.size_k // 8 * self.size_n
+        for live, base in self.blocks:
+            if base <= offset < base + span:
+                return live, offset - base
+        return None
+
+    def remap(self, source: str, offset: int, shape: Sequence[int], stride: Sequence[int]
+              ) -> list | str:
+        """A copy into the region ``(offset, shape, stride)`` (elements) of
+        ``source`` as transforming writes: ``(live, offset, shape, stride,
+        (transform, box))`` each, ``box`` the part of the region (per dim)
+        it writes, its region splitting the transform's output of that
+        box; or why it cannot be. The region's rows must run along the
+        matrix's N and its columns along K's words, both forwards and whole
+        atoms (16 rows by 2 words)."""
+        dims = [(d, n, st) for d, (n, st) in enumerate(zip(shape, stride)) if n != 1]
+        found = self._block(offset)
+        if len(dims) != 2 or found is None:
+            return f"a write into {source} is no 2-d block of one of Marlin's matrices"
+        (dr, rows, sr), (dc, cols, sc) = dims
+        if (sr, sc) != (self.nstride, self.kstride):
+            return (f"a write into {source} whose rows are not Marlin's N, its columns "
+                    f"K's words")
+        live, rel = found
+        if self.nstride == 1:
+            kw0, n0 = divmod(rel, self.kstride)
+        else:
+            n0, kw0 = divmod(rel, self.nstride)
+        if n0 + rows > self.size_n or (kw0 + cols) * 8 > self.size_k:
+            return f"a write into {source} across Marlin's matrices"
+        if n0 % 16 or rows % 16 or kw0 % 2 or cols % 2:
+            return (f"a write into {source} that cuts Marlin's atoms (16 rows of N by 2 words "
+                    f"of K)")
+        out = []
+        for r in kernel_refs.marlin_w4_regions(self.size_n, self.size_k, n0, kw0, rows, cols):
+            box = [(0, n) for n in shape]
+            box[dr] = (r.row0 - n0, r.row0 - n0 + r.rows)
+            out.append((self.live, live + r.offset, r.size, r.stride,
+                        (self.transform, tuple(box))))
+        return out
+
+    def zeros(self, box: Box, full: Sequence[int], limit: int = 1 << 16) -> list:
+        """Where the elements of ``box`` (of the source, of shape ``full``,
+        its last dim along N) are in the live tensor: byte regions
+        ``(live, offset, shape, strides)``, whole atoms."""
+        if self.nstride != 1:
+            raise NotRearrangement(f"padding of Marlin's input {self.live} along K's words")
+        strides = [prod(full[d + 1:]) for d in range(len(full))]
+        outer = [range(a, b) for a, b in box[:-1]]
+        if prod(len(r) for r in outer) > limit:
+            raise NotRearrangement(f"padding of Marlin's input {self.live} in too many parts")
+        a, b = box[-1]
+        runs: dict[tuple[int, int, int], list[int]] = {}
+        for index in itertools.product(*outer):
+            at = sum(i * st for i, st in zip(index, strides)) + a
+            found = self._block(at)
+            if found is None:
+                raise NotRearrangement(f"padding outside Marlin's matrices of {self.live}")
+            live, rel = found
+            kw, n = divmod(rel, self.size_n)
+            if n + b - a > self.size_n:
+                raise NotRearrangement(f"padding across rows of Marlin's matrices of {self.live}")
+            runs.setdefault((live, n, n + b - a), []).append(kw)
+        out = []
+        for (live, n0, n1), kws in runs.items():
+            kws.sort()
+            start = 0
+            for i in range(1, len(kws) + 1):
+                if i < len(kws) and kws[i] == kws[i - 1] + 1:
+                    continue
+                kw0, kw1 = kws[start], kws[i - 1] + 1
+                start = i
+                if n0 % 16 or (n1 - n0) % 16 or kw0 % 2 or (kw1 - kw0) % 2:
+                    raise NotRearrangement(f"padding inside Marlin's atoms of {self.live}")
+                for r in kernel_refs.marlin_w4_regions(self.size_n, self.size_k, n0, kw0,
+                                                       n1 - n0, kw1 - kw0):
+                    out.append((self.live, 4 * (live + r.offset), (*r.size, 4),
+                                (*(4 * st for st in r.stride), 1)))
+        return out
+
+
 def _box(offset: int, shape: Sequence[int], stride: Sequence[int], full: Sequence[int]
          ) -> Box | None:
     """The region ``(offset, shape, stride)`` (elements) of a contiguous
@@ -589,6 +881,9 @@ class Rearranged:
         default_factory=list)
     epilogues: dict[str, tuple] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # live tensor -> source
+    # A padded tensor (a source whose places other sources' places lead
+    # into): its name -> the source it pads.
+    padded: dict[str, str] = field(default_factory=dict)
     # A checkpoint-format tensor the processing converts, whole, before
     # moving it: the dtype its places hold (writes into it convert).
     converted: dict[str, torch.dtype] = field(default_factory=dict)
@@ -609,20 +904,71 @@ class Rearranged:
                 return f"a write into {source} may reach bytes vLLM's processing zeroes"
         out = []
         for place in self.places.get(source, ()):
-            region = self._bytes(place, offset * size, (*shape, size),
-                                 (*(st * size for st in stride), 1))
-            if region is None:
+            if isinstance(place, TiledPlace):
+                found = place.remap(source, offset, shape, stride)
+                if isinstance(found, str):
+                    return found
+                out += found
+                continue
+            parts = self._folded(place, offset, tuple(shape), tuple(stride), size)
+            if parts is None:
                 return (f"a write into {source} at offset {offset}, shape {list(shape)}, "
                         f"strides {list(stride)} does not fold into {place.live}")
+            for box, base, sizes, strides in parts:
+                if place.live not in self.padded:
+                    out.append((place.live, base, sizes, strides) if box is None
+                               else (place.live, base, sizes, strides, (None, box)))
+                    continue
+                # Into a padded tensor: on to where its elements go. A part
+                # of the region keeps its dims (its box is in them).
+                found = self.remap(place.live, base, sizes, strides)
+                if isinstance(found, str):
+                    return found
+                for item in found:
+                    if len(item) == 5 and (box is not None or len(sizes) != len(shape)):
+                        return (f"a write into {source} at offset {offset}, shape "
+                                f"{list(shape)}, strides {list(stride)} does not fold into "
+                                f"{place.live}")
+                    out.append(item if box is None else (*item[:4], (None, box)))
+        if not out:
+            return f"vLLM's processing puts nothing of {source} into the layer"
+        return out
+
+    def _folded(self, place: Place, offset: int, shape: tuple, stride: tuple, size: int,
+                limit: int = 64) -> list | None:
+        """The region ``(offset, shape, stride)`` (elements) of a source in
+        ``place``: ``(box, offset, shape, stride)`` parts in elements of the
+        live tensor, each shape splitting the region's dims in order; one
+        part (box None) where the region folds whole, else parts of it
+        (boxes per region dim), cut along a dim at a power of two (a block
+        edge of a permutation) until each folds; None past ``limit``
+        parts."""
+        todo = [tuple((0, n) for n in shape)]
+        out = []
+        while todo:
+            box = todo.pop(0)
+            at = offset + sum(a * st for (a, _), st in zip(box, stride))
+            sub = tuple(b - a for a, b in box)
+            region = self._bytes(place, at * size, (*sub, size),
+                                 (*(st * size for st in stride), 1))
+            if region is None:
+                wide = [d for d, n in enumerate(sub) if n > 1]
+                if not wide or len(out) + len(todo) + 2 > limit:
+                    return None
+                d = wide[0]
+                a, b = box[d]
+                cut = a + (1 << ((b - a - 1).bit_length() - 1))
+                todo[:0] = [box[:d] + ((a, cut),) + box[d + 1:],
+                            box[:d] + ((cut, b),) + box[d + 1:]]
+                continue
             base, dims = region
             sizes, strides = [], []
-            for n, modes in zip(shape, dims):
+            for n, modes in zip(sub, dims):
                 for m, st in modes or ((n, 0),):
                     sizes.append(m)
                     strides.append(st // size)
-            out.append((place.live, base // size, tuple(sizes), tuple(strides)))
-        if not out:
-            return f"vLLM's processing puts nothing of {source} into the layer"
+            whole = all(x == (0, n) for x, n in zip(box, shape))
+            out.append((None if whole else box, base // size, tuple(sizes), tuple(strides)))
         return out
 
     @staticmethod
@@ -645,13 +991,17 @@ class Rearranged:
         along its outer dims where it does not fold whole."""
         full, size = self.shapes[source]
         strides = [prod(full[d + 1:]) for d in range(len(full))]
-        todo = list(self.zeroed.get(source, ()))
         out = []
+        for place in self.places[source]:
+            if isinstance(place, TiledPlace):
+                for box in self.zeroed.get(source, ()):
+                    out += place.zeros(box, full)
+        todo = list(self.zeroed.get(source, ()))
         while todo:
             box = todo.pop()
             offset = sum(a * st for (a, _), st in zip(box, strides))
             shape = tuple(b - a for a, b in box)
-            for place in self.places[source]:
+            for place in self._plain(source):
                 region = self._bytes(place, offset * size, (*shape, size),
                                      (*(st * size for st in strides), 1))
                 if region is None:
@@ -680,7 +1030,7 @@ class Rearranged:
         for d in reversed(wide):
             (a, b), offset = box[d], sum(lo * st for (lo, _), st in zip(box, strides))
             if any(self._bytes(p, offset * size, (b - a, size), (strides[d] * size, 1)) is None
-                   for p in self.places[source]):
+                   for p in self._plain(source)):
                 cut = d
                 break
         a, b = box[cut]
@@ -689,6 +1039,9 @@ class Rearranged:
             step //= 2
         mid = (a // step + 1) * step if step > 1 else a + 1
         return [box[:cut] + ((a, mid),) + box[cut + 1:], box[:cut] + ((mid, b),) + box[cut + 1:]]
+
+    def _plain(self, source: str) -> list[Place]:
+        return [p for p in self.places[source] if isinstance(p, Place)]
 
     def run_epilogues(self, layer: torch.nn.Module) -> None:
         """The epilogues, on the layer's live tensors."""
@@ -726,6 +1079,27 @@ def _places(layout: Layout, live: torch.Tensor, name: str, nbytes: int) -> Place
     if base_src != 0 or expect != nbytes:
         raise NotRearrangement(f"{name} does not hold each element of {layout.source} once")
     return Place(name, base_live, tuple((n, lst) for n, _, lst in modes))
+
+
+class _HostIndex(TorchFunctionMode):
+    """Indexing by a Python list of ints as by the same list in a CPU
+    tensor: torch makes a list into an index on the indexed tensor's device
+    without dispatching (on the meta device its values are then lost to
+    ``_Follow``; vLLM permutes Marlin's scales by such lists). The same
+    gather either way."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.__getitem__ and len(args) == 2:
+            def host(i):
+                if isinstance(i, list) and i and all(type(v) is int for v in i):
+                    return torch.tensor(i, dtype=torch.int64)
+                return i
+
+            index = args[1]
+            index = tuple(host(i) for i in index) if isinstance(index, tuple) else host(index)
+            args = (args[0], index)
+        return func(*args, **kwargs)
 
 
 @contextlib.contextmanager
@@ -774,7 +1148,8 @@ def trace(layer: torch.nn.Module, checkpoint: Mapping[str, torch.Tensor],
     # As they are now: the processing may replace a parameter's data (its
     # dtype too) in place.
     formats = {name: (tuple(t.shape), t.dtype) for name, t in checkpoint.items()}
-    with _kept(layer), follow:
+    follow.formats = dict(formats)
+    with _kept(layer), _HostIndex(), follow:
         try:
             process()
         except NotRearrangement:
@@ -786,6 +1161,20 @@ def trace(layer: torch.nn.Module, checkpoint: Mapping[str, torch.Tensor],
     if zeroed := [n for n in follow.zeroed if n in follow.converted]:
         raise NotRearrangement(f"zeros written into {follow.converted[zeroed[0]][0]} "
                                f"converted")
+    # A padded tensor is a source too: the tensor it pads goes there
+    # (``Place``s into it), and it goes on into the live tensors.
+    for name, pad in follow.padded.items():
+        formats[name] = follow.formats[name] = (pad.out_shape, pad.dtype)
+        out.padded[name] = pad.layout.source
+        inner = torch.empty_strided(pad.out_shape, pad.out_stride, dtype=pad.dtype,
+                                    device="meta")
+        inner = inner[tuple(slice(a, a + n) for a, n in zip(pad.lo, pad.shape))]
+        shape, dtype = formats[pad.layout.source]
+        place = _places(pad.layout, inner, name, prod(shape) * dtype.itemsize)
+        places.setdefault(pad.layout.source, []).append(
+            Place(name, place.base + inner.storage_offset() * pad.dtype.itemsize, place.modes))
+        if boxes := pad.boxes():
+            out.zeroed[name] = boxes
     now = dict(layer.named_parameters(recurse=False)) | dict(layer.named_buffers(recurse=False))
     for name, real in live.items():
         t = now.get(name)
@@ -798,6 +1187,15 @@ def trace(layer: torch.nn.Module, checkpoint: Mapping[str, torch.Tensor],
             raise NotRearrangement(
                 f"traced, {name} is {t.dtype} {list(t.shape)} (strides {list(t.stride())}); "
                 f"the engine's is {real.dtype} {list(real.shape)} (strides {list(real.stride())})")
+        tiled = follow.tiled_place(t, name) if t.is_meta else None
+        if tiled is not None:
+            origin, place = tiled
+            if formats[origin][1] != real.dtype:
+                raise NotRearrangement(f"{name} is {real.dtype}, its source {origin} "
+                                       f"{formats[origin][1]}")
+            places.setdefault(origin, []).append(place)
+            out.sources[name] = origin
+            continue
         layout = follow.layout_of(t) if t.is_meta else None
         if layout is None:
             if name in checkpoint:

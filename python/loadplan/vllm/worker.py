@@ -322,7 +322,8 @@ class LoadplanWeightTransferEngine(
                     for n in rearranged:
                         if n not in failed:
                             failed[n] = processing.rearranges(plan, writers, self.model, n,
-                                                              rearranged[n], received)
+                                                              rearranged[n], received,
+                                                              self._load_weights)
                     for n in recomputed:
                         failed[n] = processing.recomputes(
                             plan, writers, self.model, n, staged.get(n, ()), received, dtype,
