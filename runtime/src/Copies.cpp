@@ -2,6 +2,7 @@
 
 #include "Copies.h"
 #include "Status.h"
+#include "loadplan/transform.h"
 
 #include <algorithm>
 
@@ -45,12 +46,8 @@ int64_t loadplan::mergeDims(std::vector<ByteDim> &dims, int64_t itemSize,
 }
 
 int64_t Copy::granule() const {
-  if (transforms()) {
-    uint32_t dtype;
-    int64_t rows, cols, words;
-    loadplan_transform_atom(transform, &dtype, &rows, &cols, &words);
-    return words * itemSize;
-  }
+  if (transforms())
+    return loadplan_transform::atomOf(transform).words * itemSize;
   return converts() ? itemSize : 1;
 }
 
@@ -63,9 +60,6 @@ static Copy transformingCopy(const Plan &plan, uint32_t ei, const Write &w,
                              int64_t itemSize, uint8_t *dst, uint32_t firstDim,
                              std::vector<ByteDim> &allDims) {
   const Entry &e = plan.entries[ei];
-  uint32_t dtype;
-  int64_t rows, cols, words;
-  loadplan_transform_atom(w.transform, &dtype, &rows, &cols, &words);
   // The region's dims in the output's order; merged where the destination
   // is contiguous (the order is the output's, so never sorted).
   std::vector<ByteDim> dims;
@@ -92,7 +86,8 @@ static Copy transformingCopy(const Plan &plan, uint32_t ei, const Write &w,
   c.transform = w.transform;
   c.srcRowStride = srcStrides[0] * itemSize;
   c.srcColStride = srcStrides[1] * itemSize;
-  c.atomRows = e.boxes[w.box].extent(0) / rows;
+  c.atomRows =
+      e.boxes[w.box].extent(0) / loadplan_transform::atomOf(w.transform).rows;
   allDims.insert(allDims.end(), dims.begin(), dims.end());
   return c;
 }

@@ -15,6 +15,7 @@
 #include "loadplan/convert.h"
 #include "loadplan/format/ByteIO.h"
 #include "loadplan/format/PlanFields.h"
+#include "loadplan/transform.h"
 
 #include <algorithm>
 #include <cstring>
@@ -198,9 +199,9 @@ void checkWrite(const Plan &plan, const Entry &e, uint32_t index) {
   const Box &box = e.boxes[w.box];
   std::vector<int64_t> extents = box.extents();
   if (w.transform) {
-    uint32_t dtype;
-    int64_t rows, cols, words;
-    if (!loadplan_transform_atom(w.transform, &dtype, &rows, &cols, &words))
+    auto [known, dtype, rows, cols, words] =
+        loadplan_transform::atomOf(w.transform);
+    if (!known)
       invalid(concat(label(), ": unknown transform code ", w.transform,
                      " (0, or one of LOADPLAN_TRANSFORMS)"));
     const char *name = loadplan_transform_name(w.transform);

@@ -324,7 +324,8 @@ class _Follow(TorchDispatchMode):
         self.converted: dict[str, tuple[str, torch.dtype]] = {}
         # A padded tensor's source name -> what it pads.
         self.padded: dict[str, Padded] = {}
-        # The checkpoint-format tensors: shape and dtype (``trace`` sets it).
+        # The sources, by name: shape and dtype (``trace`` sets it to the
+        # checkpoint-format tensors, and adds the padded ones after).
         self.formats: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
         self.keep: list[torch.Tensor] = []  # so that storage keys stay unique
 
@@ -1147,8 +1148,8 @@ def trace(layer: torch.nn.Module, checkpoint: Mapping[str, torch.Tensor],
         follow.track(t, name)
     # As they are now: the processing may replace a parameter's data (its
     # dtype too) in place.
-    formats = {name: (tuple(t.shape), t.dtype) for name, t in checkpoint.items()}
-    follow.formats = dict(formats)
+    formats = follow.formats = {name: (tuple(t.shape), t.dtype)
+                                   for name, t in checkpoint.items()}
     with _kept(layer), _HostIndex(), follow:
         try:
             process()
@@ -1164,7 +1165,7 @@ def trace(layer: torch.nn.Module, checkpoint: Mapping[str, torch.Tensor],
     # A padded tensor is a source too: the tensor it pads goes there
     # (``Place``s into it), and it goes on into the live tensors.
     for name, pad in follow.padded.items():
-        formats[name] = follow.formats[name] = (pad.out_shape, pad.dtype)
+        formats[name] = (pad.out_shape, pad.dtype)
         out.padded[name] = pad.layout.source
         inner = torch.empty_strided(pad.out_shape, pad.out_stride, dtype=pad.dtype,
                                     device="meta")

@@ -34,6 +34,22 @@
 
 namespace loadplan_transform {
 
+/// A transform's atom as LOADPLAN_TRANSFORMS has it: `rows` x `cols`
+/// elements of `dtype` that become `words` elements.
+struct Atom {
+  bool known = false; // false (the rest 0) for 0 or an unknown code
+  uint32_t dtype = 0;
+  int64_t rows = 0, cols = 0, words = 0;
+};
+
+/// The atom of `transform` (host code).
+inline Atom atomOf(uint32_t transform) {
+  Atom a;
+  a.known = loadplan_transform_atom(transform, &a.dtype, &a.rows, &a.cols,
+                                    &a.words) != 0;
+  return a;
+}
+
 /// The 4-byte word at `p` (4-aligned on a GPU; any address on the CPU).
 LOADPLAN_TRANSFORM_HD inline uint32_t loadWord(const uint8_t *p) {
 #if defined(__CUDA_ARCH__)

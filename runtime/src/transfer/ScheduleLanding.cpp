@@ -9,6 +9,7 @@
 
 #include "Schedule.h"
 #include "../Status.h"
+#include "loadplan/transform.h"
 
 #include <unordered_set>
 
@@ -152,9 +153,7 @@ bool Landing::land(const Need &need, const Box &piece, std::vector<Part> &parts,
 void Landing::restrictTransformed(const std::string &name,
                                   const Destination &d, const Box &sub,
                                   std::vector<Part> &out) const {
-  uint32_t dtype;
-  int64_t rows, cols, words;
-  loadplan_transform_atom(d.transform, &dtype, &rows, &cols, &words);
+  auto [known, dtype, rows, cols, words] = loadplan_transform::atomOf(d.transform);
   const Box &box = d.box;
   int64_t r0 = sub.lo[0] - box.lo[0], r1 = sub.hi[0] - box.lo[0];
   int64_t c0 = sub.lo[1] - box.lo[1], c1 = sub.hi[1] - box.lo[1];
@@ -188,12 +187,9 @@ void Landing::restrictTransformed(const std::string &name,
 std::vector<int64_t> Landing::granule(const Need &need) const {
   std::vector<Destination> dests;
   destinations(need, dests);
-  for (const Destination &d : dests) {
-    uint32_t dtype;
-    int64_t rows, cols, words;
-    if (d.transform &&
-        loadplan_transform_atom(d.transform, &dtype, &rows, &cols, &words))
-      return {rows, cols};
-  }
+  for (const Destination &d : dests)
+    if (loadplan_transform::Atom a = loadplan_transform::atomOf(d.transform);
+        a.known)
+      return {a.rows, a.cols};
   return {};
 }
