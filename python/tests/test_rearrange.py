@@ -67,8 +67,10 @@ def checkpoint(seed: int) -> dict[str, torch.Tensor]:
     return out
 
 
-def processed(values: dict[str, torch.Tensor], process) -> dict[str, torch.Tensor]:
-    layer = Experts("cpu")
+def processed(values: dict[str, torch.Tensor], process,
+              module: type[torch.nn.Module] = Experts) -> dict[str, torch.Tensor]:
+    """``module``'s tensors holding ``values``, after ``process``."""
+    layer = module("cpu")
     for name, t in layer.named_parameters():
         t.data.copy_(values[name])
     process(layer)
@@ -525,21 +527,50 @@ def int4_checkpoint(seed: int) -> dict[str, torch.Tensor]:
     return out
 
 
+def written(what: ra.Rearranged, values: dict[str, torch.Tensor], want: dict[str, torch.Tensor],
+            boxes_of) -> tuple[dict[str, torch.Tensor], int]:
+    """The live tensors as ``what``'s writes of each of ``boxes_of``'s
+    boxes of ``values`` leave them (a ``marlin_w4`` part through the
+    runtime's transform, in torch), the padding zeroed as the worker's
+    proof does, checked byte for byte against ``want``; and how many
+    writes went through the transform."""
+    from loadplan.vllm import kernel_refs
+
+    # What the writes miss shows, but for the padding.
+    got = {n: torch.full_like(t.view(torch.uint8), 0xA5).view(t.dtype) for n, t in want.items()}
+    transformed = 0
+    for name, t in values.items():
+        for box in boxes_of(name, t.contiguous()):
+            writes = what.remap(name, box.storage_offset(), box.shape, box.stride())
+            assert not isinstance(writes, str), writes
+            for live_name, offset, shape, stride, *how in writes:
+                part = box
+                if how:  # a part of the box, maybe through a transform
+                    transform, sub = how[0]
+                    part = box[tuple(slice(a, b) for a, b in sub)]
+                    if transform is not None:
+                        assert transform == "marlin_w4"
+                        part = kernel_refs.marlin_w4_transform(part)
+                        transformed += 1
+                torch.as_strided(got[live_name], shape, stride, offset).copy_(part.reshape(shape))
+    for live_name, offset, shape, stride in what.zero_places:
+        t = got[live_name]
+        torch.as_strided(t.view(-1).view(torch.uint8), shape, stride, offset).zero_()
+    for name, t in want.items():
+        assert torch.equal(got[name].view(torch.uint8), t.view(torch.uint8)), name
+    return got, transformed
+
+
 @pytest.mark.parametrize("intermediate", [S4, P4], ids=["padded", "unpadded"])
 def test_marlin_int4_experts_are_composed_through_padding_and_the_repack(monkeypatch,
                                                                          intermediate):
     import vllm_steer
-    from loadplan.vllm import kernel_refs
 
     vllm_steer._define_marlin_repack()
     monkeypatch.setattr(Int4Experts, "S", intermediate)
 
     def processed4(values):
-        layer = Int4Experts("cpu")
-        for name, t in layer.named_parameters():
-            t.data.copy_(values[name])
-        marlin_int4(layer)
-        return {n: t.data for n, t in layer.named_parameters()}
+        return processed(values, marlin_int4, Int4Experts)
 
     live = processed4(int4_checkpoint(0))
     meta = Int4Experts("meta")
@@ -549,29 +580,7 @@ def test_marlin_int4_experts_are_composed_through_padding_and_the_repack(monkeyp
     for seed in (1, 2):
         values = int4_checkpoint(seed)
         want = processed4(values)
-        # What the writes miss shows, but for the padding, zeroed as the
-        # worker's proof does.
-        got = {n: torch.full_like(t.view(torch.uint8), 0xA5).view(t.dtype)
-               for n, t in want.items()}
-        transformed = 0
-        for name, t in values.items():
-            for box in boxes(name, t.contiguous()):
-                writes = what.remap(name, box.storage_offset(), box.shape, box.stride())
-                assert not isinstance(writes, str), writes
-                for live_name, offset, shape, stride, *how in writes:
-                    part = box
-                    if how:  # a part of the box, maybe through a transform
-                        transform, sub = how[0]
-                        part = box[tuple(slice(a, b) for a, b in sub)]
-                        if transform is not None:
-                            assert transform == "marlin_w4"
-                            part = kernel_refs.marlin_w4_transform(part)
-                            transformed += 1
-                    torch.as_strided(got[live_name], shape, stride, offset).copy_(
-                        part.reshape(shape))
-        for live_name, offset, shape, stride in what.zero_places:
-            t = got[live_name]
-            torch.as_strided(t.view(-1).view(torch.uint8), shape, stride, offset).zero_()
+        got, transformed = written(what, values, want, boxes)
         # Gate and up of each expert: a tile of 64 rows and two subtiles
         # apart; each expert's down whole.
         assert transformed == E4 * 2 * (2 if intermediate < P4 else 1) + E4
@@ -598,3 +607,76 @@ def test_a_write_that_cuts_marlins_atoms_is_refused_with_why():
                       (H4 // 8, 1))
     assert says == "a write into w13_weight_packed@pad0 that cuts Marlin's atoms (16 rows " \
                    "of N by 2 words of K)"
+
+
+K5, G5 = 256, 32  # a dense int4 linear: inputs, group
+
+
+class Int4Linear(torch.nn.Module):
+    """A compressed-tensors W4A16 linear (pack-quantized) in its checkpoint
+    format, with ``N`` outputs (96: padded to Marlin's 128 by the
+    processing)."""
+
+    N = 128
+
+    def __init__(self, device: str):
+        super().__init__()
+        self.weight_packed = torch.nn.Parameter(
+            torch.empty(self.N, K5 // 8, dtype=torch.int32, device=device), requires_grad=False)
+        self.weight_scale = torch.nn.Parameter(
+            torch.empty(self.N, K5 // G5, dtype=torch.bfloat16, device=device),
+            requires_grad=False)
+
+
+def marlin_linear(layer: Int4Linear) -> None:
+    """What vLLM's ``MarlinLinearKernel`` does to such a linear, with vLLM's
+    own functions: each parameter's ``.data`` set K-first, then to its
+    padded repack (the weight: ``gptq_marlin_repack``, its GPU op defined
+    by vllm_steer; the scales: permuted by a Python list), which frees the
+    checkpoint-format storages while the trace goes on."""
+    import vllm._custom_ops as ops
+    from vllm.model_executor.layers.quantization.utils import marlin_utils as mu
+
+    n = layer.N
+    pn, pk = mu.marlin_padded_nk(n, K5, G5)
+    w, s = layer.weight_packed, layer.weight_scale
+    w.data = w.data.t()
+    w.data = ops.gptq_marlin_repack(mu.marlin_pad_qweight(w.data.contiguous(), n, K5, pn, pk),
+                                    size_k=pk, size_n=pn, num_bits=4)
+    s.data = s.data.t()
+    s.data = mu.marlin_permute_scales(mu.marlin_pad_scales(s.data.contiguous(), n, K5, pn, pk, G5),
+                                      size_k=pk, size_n=pn, group_size=G5)
+
+
+@pytest.mark.parametrize("outputs", [128, 96], ids=["unpadded", "padded"])
+def test_a_dense_marlin_linear_whose_storages_are_replaced_is_composed(monkeypatch, outputs):
+    import vllm_steer
+
+    vllm_steer._define_marlin_repack()
+    monkeypatch.setattr(Int4Linear, "N", outputs)
+
+    def processed5(values):
+        return processed(values, marlin_linear, Int4Linear)
+
+    def checkpoint5(seed):
+        g = torch.Generator().manual_seed(seed)
+        return {"weight_packed": torch.randint(-2**31, 2**31, (outputs, K5 // 8), generator=g,
+                                               dtype=torch.int64).to(torch.int32),
+                "weight_scale": (torch.rand(outputs, K5 // G5, generator=g) + 0.01).bfloat16()}
+
+    def halves(name, t):
+        # As a fused linear's shards arrive: two halves of N.
+        return (t[:outputs // 2], t[outputs // 2:])
+
+    live = processed5(checkpoint5(0))
+    # Traced again and again: the storages the processing frees must not
+    # be taken for traced ones when a new tensor (the scales' index) reuses
+    # their address.
+    for _ in range(4):
+        meta = Int4Linear("meta")
+        what = ra.trace(meta, dict(meta.named_parameters()), live, lambda: marlin_linear(meta))
+        assert bool(what.zero_places) == (outputs < 128)
+        for seed in (1, 2):
+            values = checkpoint5(seed)
+            _, transformed = written(what, values, processed5(values), halves)
+            assert transformed >= 2  # each half through marlin_w4, maybe in parts

@@ -61,9 +61,11 @@ not. Profiles:
 - ``marlin-int4-linear``: int4 W4A16 linear layers (compressed-tensors,
   dense models) get vLLM's ``MarlinLinearKernel`` (NVIDIA's choice for
   them on Ampere, Ada and Blackwell; Hopper's is Machete): each weight
-  transposed K-first, padded to Marlin's tiles and repacked
-  (``gptq_marlin_repack``: ``kernel_refs.gptq_marlin_repack``), its scales
-  permuted. The kernel's own checks but the device's stay.
+  transposed K-first, padded to Marlin's tiles and repacked (vLLM's
+  ``gptq_marlin_repack``, which calls the CUDA kernel
+  ``torch.ops._C.gptq_marlin_repack``, defined here as for
+  ``marlin-int4-moe``), its scales permuted. The kernel's own checks but
+  the device's stay.
 - ``fi-attn-sinks``: attention layers with sinks (gpt-oss) process them as
   vLLM's FlashInfer backend does (``FlashInferImpl``'s own
   ``process_weights_after_loading`` on the CPU backend's object): the
@@ -364,12 +366,9 @@ class _CudaPlatform:
 
 
 def _marlin_int4_linear() -> None:
-    import vllm._custom_ops as ops
     import vllm.model_executor.kernels.linear as linear
     import vllm.model_executor.kernels.linear.mixed_precision.marlin as marlin
     from vllm.platforms import PlatformEnum
-
-    from loadplan.vllm import kernel_refs
 
     # NVIDIA's order puts CUTLASS W4A8 and Machete (Hopper only) before
     # Marlin: W4A16 on Ampere, Ada and Blackwell takes Marlin. Its checks
@@ -377,7 +376,7 @@ def _marlin_int4_linear() -> None:
     marlin.current_platform = _CudaPlatform(marlin.current_platform)
     cpu = linear._POSSIBLE_KERNELS[PlatformEnum.CPU]
     linear._POSSIBLE_KERNELS[PlatformEnum.CPU] = [marlin.MarlinLinearKernel, *cpu]
-    ops.gptq_marlin_repack = kernel_refs.gptq_marlin_repack
+    _define_marlin_repack()
 
 
 def _fi_attn_sinks() -> None:

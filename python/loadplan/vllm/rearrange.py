@@ -327,7 +327,11 @@ class _Follow(TorchDispatchMode):
         # The sources, by name: shape and dtype (``trace`` sets it to the
         # checkpoint-format tensors, and adds the padded ones after).
         self.formats: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
-        self.keep: list[torch.Tensor] = []  # so that storage keys stay unique
+        # The traced storages, alive while tracing so that their keys stay
+        # unique: the storages, not the tensors (a processing that sets a
+        # parameter's ``.data`` frees the storage it had, whose key a new
+        # tensor, such as a gather's index, may then take).
+        self.keep: list[torch.UntypedStorage] = []
 
     def track(self, t: torch.Tensor, source: str) -> None:
         if not t.is_contiguous():
@@ -335,7 +339,7 @@ class _Follow(TorchDispatchMode):
         n = t.numel() * t.element_size()
         modes = ((n, 1),) if n > 1 else ()
         self.storages[storage_key(t)] = Storage([Piece(0, n, source, 0, modes)], own=source)
-        self.keep.append(t)
+        self.keep.append(t.untyped_storage())
 
     def layout_of(self, t: torch.Tensor) -> Layout | None:
         """``t``'s layout (strides in bytes of its source), None where its
@@ -406,7 +410,7 @@ class _Follow(TorchDispatchMode):
         entry = self.storages.get(storage_key(dst))
         if entry is None:
             entry = self.storages[storage_key(dst)] = Storage([Piece(0, nbytes, None)])
-            self.keep.append(dst)
+            self.keep.append(dst.untyped_storage())
         whole = start == 0 and stop == nbytes
         if not whole and entry.epilogue != epilogue:
             raise NotRearrangement("a copy into part of a tensor with another epilogue")
@@ -568,7 +572,7 @@ class _Follow(TorchDispatchMode):
         tiled = Tiled("marlin_w4", layout.base, layout.dims[0], layout.dims[1],
                       int(bound["size_k"]), int(bound["size_n"]))
         self.storages[storage_key(out)] = Storage([Piece(0, n, layout.source, tiled=tiled)])
-        self.keep.append(out)
+        self.keep.append(out.untyped_storage())
         return out
 
     def _tiled(self, t: torch.Tensor) -> tuple[str, Tiled] | None:
@@ -694,7 +698,7 @@ class _Follow(TorchDispatchMode):
             value = func(*real_args, **real_kwargs)
         if isinstance(value, torch.Tensor) and tuple(value.shape) == tuple(out.shape):
             self.values[storage_key(out)] = value.contiguous().view(-1)
-            self.keep.append(out)
+            self.keep.append(out.untyped_storage())
 
     def _source(self, t: torch.Tensor) -> str:
         sources = [p.source for p in self.storages[storage_key(t)].pieces if p.source]
