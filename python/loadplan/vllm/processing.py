@@ -64,6 +64,9 @@ from .info import LOGGER_NAME
 logger = init_logger(LOGGER_NAME)
 
 REASON = "vLLM processes {module} after loading (process_weights_after_loading); it is reloaded as vLLM reloads it"
+# ... once the first update showed which of its steps the plan cannot take.
+STEP_REASON = ("vLLM processes {module} after loading (process_weights_after_loading), and "
+               "{step}; it is reloaded as vLLM reloads it")
 
 
 def candidates(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
@@ -78,9 +81,14 @@ def candidates(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     return out
 
 
-def reasons(names: list[str]) -> dict[str, str]:
-    """The fallback reason of each processed module's names."""
-    return {name: REASON.format(module=name or "the model") for name in names}
+def reasons(names: list[str], steps: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The fallback reason of each processed module's names; where
+    ``steps`` has the module, naming the step of its processing that is
+    neither a rearrangement nor computable in place (why it is reloaded)."""
+    steps = steps or {}
+    return {name: STEP_REASON.format(module=name or "the model", step=steps[name])
+            if steps.get(name) else REASON.format(module=name or "the model")
+            for name in names}
 
 
 def _recorded_copy(t: torch.Tensor) -> torch.Tensor:
@@ -214,6 +222,8 @@ STAGED_SHARE = 0.01
 STAGED_REASON = ("vLLM changes the layout of {tensor} after loading; it is loaded into its "
                  "checkpoint format and processed in place")
 
+NO_QUANTIZATION = "it is no quantization layer"
+
 
 def in_place(layer: torch.nn.Module) -> tuple[tuple[str, ...], str | None]:
     """Whether ``recompute`` may run on the layer: ``(staged, None)`` if it
@@ -230,7 +240,7 @@ def in_place(layer: torch.nn.Module) -> tuple[tuple[str, ...], str | None]:
     which the processing turns into the live tensors' values."""
     if (not isinstance(getattr(layer, "quant_method", None), QuantizeMethodBase)
             or is_deferred_attention_layer(layer)):
-        return (), "it is no quantization layer"
+        return (), NO_QUANTIZATION
     params, buffers = layerwise.get_layerwise_info(layer).restore_metadata
     recorded = params | buffers
     layouts, live = _layouts(recorded), _layouts(get_layer_tensors(layer))
@@ -368,7 +378,7 @@ def rearranged(layer: torch.nn.Module, dtype: torch.dtype
     the meta tensors."""
     if (not isinstance(getattr(layer, "quant_method", None), QuantizeMethodBase)
             or is_deferred_attention_layer(layer)):
-        return None, "it is no quantization layer"
+        return None, NO_QUANTIZATION
     live = dict(get_layer_tensors(layer))
 
     def process() -> None:

@@ -191,7 +191,8 @@ class LoadplanWeightTransferEngine(
 
     def _capture(self, metas: list[ParamMeta], processed: list[str],
                  staged: dict[str, list[str]] | None = None,
-                 rearranged: dict[str, rearrange.Rearranged] | None = None) -> LoadPlan:
+                 rearranged: dict[str, rearrange.Rearranged] | None = None,
+                 steps: dict[str, str] | None = None) -> LoadPlan:
         modules = dict(self.model.named_modules())
         staged, rearranged = staged or {}, rearranged or {}
         with set_current_vllm_config(self.vllm_config), \
@@ -201,7 +202,7 @@ class LoadplanWeightTransferEngine(
             # writes into their checkpoint format, redirected to them.
             targets = Targets(self.model)
             with processing.checkpoint_format([modules[n] for n in rearranged]):
-                plan = plan_loads(self.model, metas, fallback_modules=processing.reasons(processed),
+                plan = plan_loads(self.model, metas, fallback_modules=processing.reasons(processed, steps),
                                   fallback_tensors=processing.staged_reasons(staged),
                                   targets=targets,
                                   redirects=processing.redirects(self.model, targets, rearranged))
@@ -305,13 +306,17 @@ class LoadplanWeightTransferEngine(
         in_place = {n: processing.in_place(observer.layers[n]) for n in changed}
         recomputed = [n for n in changed if n not in rearranged and in_place[n][1] is None]
         for n in changed:
-            if n not in rearranged:
-                why[n] = in_place[n][1] if in_place[n][1] is not None else why[n]
+            if n not in rearranged and in_place[n][1] is not None:
+                # Why neither: the step that keeps the layer reloaded.
+                moves = why[n]
+                why[n] = in_place[n][1]
+                if moves != processing.NO_QUANTIZATION:
+                    why[n] += f" (and it does not only move elements: {moves})"
         try:
             while True:
                 staged = {n: list(in_place[n][0]) for n in recomputed if in_place[n][0]}
                 processed = [n for n in changed if n not in recomputed and n not in rearranged]
-                plan = self._capture(self._metas, processed, staged, rearranged)
+                plan = self._capture(self._metas, processed, staged, rearranged, why)
                 failed = {}
                 for n in rearranged:
                     names = plan.capture.module_names.get(n)
