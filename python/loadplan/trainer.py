@@ -277,6 +277,20 @@ def _shared(pairs):
         yield name, tensor
 
 
+# What rank 0 writes in place of a session or an epoch when the engine
+# refused what it asked: the error's message follows.
+_REFUSED = "refused:"
+
+
+def _told(value: str, rank: int) -> str:
+    """A value rank 0 told the other trainer ranks through the store, or
+    its refusal raised."""
+    if value.startswith(_REFUSED):
+        raise RuntimeError(f"{value.removeprefix(_REFUSED)} (told to trainer rank {rank} by "
+                           "rank 0)")
+    return value
+
+
 def _implements(source: Any, mode: str) -> bool:
     """Whether ``source`` yields pairs by ``mode`` (``"iter_full"``,
     ``"iter_local"``): a vLLM WeightSource says so; another has the method."""
@@ -337,21 +351,29 @@ class Trainer:
                               is_master=init_info.is_sender, timeout=timeout,
                               wait_for_workers=False)
         # One session per start keeps this trainer's keys apart from an
-        # earlier one's in a store that outlived it.
+        # earlier one's in a store that outlived it. Rank 0 hands it to the
+        # other ranks once the engine took it, or its refusal if not.
         if init_info.is_sender:
             session = f"loadplan-{uuid.uuid4().hex[:12]}"
-            store.set("loadplan/session", session)
         else:
             store.wait(["loadplan/session"], timeout)
-            session = store.get("loadplan/session").decode()
+            session = _told(store.get("loadplan/session").decode(), init_info.rank)
         engine = cls(client=client, source=source, init_info=init_info, store=store,
                      session=session)
         if engine.is_sender:
             wire = {f.name: getattr(init_info, f.name) for f in fields(WireParams)}
-            client.init_weight_transfer_engine(dict(
-                master_address=init_info.master_address, master_port=init_info.master_port,
-                world_size=init_info.world_size, rank_offset=init_info.num_trainer_ranks,
-                session=session, **wire))
+            try:
+                client.init_weight_transfer_engine(dict(
+                    master_address=init_info.master_address,
+                    master_port=init_info.master_port, world_size=init_info.world_size,
+                    rank_offset=init_info.num_trainer_ranks, session=session, **wire))
+            except Exception as e:
+                error = RuntimeError(f"load plan: the engine did not start the weight transfer "
+                                     f"engine: {type(e).__name__}: {e}")
+                store.set("loadplan/session", _REFUSED + str(error))
+                engine.shutdown()
+                raise error from e
+            store.set("loadplan/session", session)
         return engine
 
     # -----------------------------------------------------------------------
@@ -381,7 +403,24 @@ class Trainer:
             self.store.set(key, str(epoch))
             return epoch
         self.store.wait([key], datetime.timedelta(seconds=self.init_info.timeout))
-        return int(self.store.get(key))
+        return int(_told(self.store.get(key).decode(), self.rank))
+
+    def _start_engine(self, target: _Target) -> None:
+        """Rank 0: the engine's start of this update; if it fails, every
+        trainer rank fails this update with its error (told through this
+        round's epoch key, which they wait for), rather than wait for
+        endpoints the workers, never asked, do not make."""
+        try:
+            if target.draft:
+                self.client.start_draft_weight_update()
+            else:
+                self.client.start_weight_update()
+        except Exception as e:
+            error = RuntimeError(f"load plan: the engine did not start the update: "
+                                 f"{type(e).__name__}: {e}")
+            self.store.set(epoch_key(target.session, target.round), _REFUSED + str(error))
+            self._drop_sender(target)
+            raise error from e
 
     def _declared(self, meta: list) -> tuple[list[ParamMeta], dict[str, str]]:
         """The checkpoint the workers are told of (the source's, with the
@@ -477,7 +516,13 @@ class Trainer:
         declared, quantize, held = self._checkpoint(meta)
         target.round += 1
         declaring = meta is not target.sent_meta and meta != target.sent_meta
-        epoch = self._agree_on_epoch(target, declaring)
+        if self.is_sender:
+            self._start_engine(target)
+        try:
+            epoch = self._agree_on_epoch(target, declaring)
+        except RuntimeError:
+            self._drop_sender(target)  # the next update makes new endpoints
+            raise
         update: dict = {"epoch": epoch, "names": [], "dtype_names": [], "shapes": []}
         if target.draft:
             update["draft"] = True
@@ -488,10 +533,6 @@ class Trainer:
         future = None
         try:
             if self.is_sender:
-                if target.draft:
-                    self.client.start_draft_weight_update()
-                else:
-                    self.client.start_weight_update()
                 # The workers receive while every trainer rank sends.
                 future = self._call_thread().submit(self.client.update_weights, update)
                 self._call = future

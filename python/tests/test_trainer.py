@@ -75,3 +75,49 @@ def test_start_refuses_a_source_without_the_engines_mode():
     with pytest.raises(TypeError, match=r"start_draft_weight_update\(\); NoneType has none"):
         Trainer.start(TrainerInfo(**info, engine="sliced", draft=True), client=None,
                       source=_FullOnly())
+
+
+def _free_port() -> int:
+    """A port of this host that nothing listens on."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_engine_that_does_not_start_the_transfer_fails_every_trainer_rank_at_once():
+    # Rank 0's client cannot reach the engine at start: rank 1 is told so
+    # through the store, instead of waiting for the workers at its first
+    # update until the timeout.
+    import threading
+    import time
+
+    from loadplan.sglang.client import SGLangClient
+
+    info = dict(master_address="127.0.0.1", master_port=_free_port(), world_size=3,
+                num_trainer_ranks=2, engine="sliced", timeout=60.0)
+    # An engine's URL where nothing listens (its server is gone).
+    client = SGLangClient.http(f"http://127.0.0.1:{_free_port()}", timeout=5)
+    errors: dict[int, BaseException] = {}
+
+    def run(rank: int) -> None:
+        try:
+            trainer = Trainer.start(TrainerInfo(rank=rank, **info), client=client,
+                                    source=_FullOnly())
+            trainer.send_weights()
+        except BaseException as e:  # noqa: BLE001 - what each rank raised
+            errors[rank] = e
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in (1, 0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert time.perf_counter() - t0 < 15
+    assert sorted(errors) == [0, 1], errors
+    for e in errors.values():
+        assert isinstance(e, RuntimeError), repr(e)
+        assert "the engine did not start the weight transfer engine: ConnectionError" in str(e)
+    assert "told to trainer rank 1 by rank 0" in str(errors[1])

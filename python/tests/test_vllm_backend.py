@@ -304,6 +304,28 @@ def test_a_trainer_rank_that_dies_fails_every_worker_and_changes_nothing(models,
         cluster.close()
 
 
+def test_an_engine_that_does_not_start_the_update_fails_every_trainer_rank_at_once(
+        models, tmp_path):
+    # Rank 0's client cannot reach the engine: the workers are never asked,
+    # so rank 1 must not wait for endpoints they will not make.
+    spec = _spec(models, tmp_path, family="llama", tp=2, trainers=2, sharded=True)
+    cluster = h.Cluster(spec)
+    try:
+        _ok(cluster.update(1))
+        t0 = time.perf_counter()
+        results = _unchanged_then_recovers(cluster, 2, engine_down=True)
+        took = time.perf_counter() - t0
+        assert [status for status, _ in results] == ["error", "error"], results
+        assert all("the engine did not start the update: ConnectionError" in message
+                   for _, message in results), results
+        assert "told to trainer rank 1 by rank 0" in results[1][1], results
+        assert took < spec.timeout / 4, took
+        _ok(cluster.update(3))
+        _exact(cluster, 3)
+    finally:
+        cluster.close()
+
+
 def test_a_trainer_that_dies_in_the_first_update_is_named(models, tmp_path):
     # Trainer rank 0 serves the rendezvous store: the workers, planning or
     # setting up the first update's endpoints, lose it.

@@ -17,6 +17,7 @@ import functools
 import hashlib
 import multiprocessing as mp
 import os
+import socket
 import sys
 import threading
 import time
@@ -645,8 +646,14 @@ def _trainer_loop(conn, spec: Spec, rank: int, engine) -> None:
                     _die_later(arg["die_after_s"])
                 if arg.get("die_in_set_up"):
                     _die_in_set_up(asks=rank == 0)
+                client = engine.client
+                if arg.get("engine_down"):
+                    engine.client = _unreachable_client()
                 t0 = time.perf_counter()
-                engine.send_weights()
+                try:
+                    engine.send_weights()
+                finally:
+                    engine.client = client
                 result = time.perf_counter() - t0
             elif method == "shutdown":
                 engine.shutdown()
@@ -677,6 +684,17 @@ def _die_in_set_up(asks: bool) -> None:
         store_set(self, key, value)
 
     Rendezvous.store_set = die
+
+
+def _unreachable_client():
+    """vLLM's HTTP client of an engine whose server is gone: a port of this
+    host that nothing listens on."""
+    from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return HTTPVLLMWeightSyncClient(f"http://127.0.0.1:{port}", timeout=5)
 
 
 def _die_later(seconds: float) -> None:
@@ -799,7 +817,9 @@ class Cluster:
         suffix}`` makes a rank's source yield a tensor in another dtype or
         shape than declared; ``missing={rank: suffix}``: not at all;
         ``raising={rank: suffix}``: the source raises at it;
-        ``variant``: the checkpoint the trainer declares (``metadata``)."""
+        ``variant``: the checkpoint the trainer declares (``metadata``);
+        ``engine_down=True``: rank 0's client reaches no engine (vLLM's
+        HTTP client, at a port nothing listens on), for this update."""
         die = faults.get("die_after_s", {})
         die_in_set_up = faults.get("die_in_set_up", set())
         dtype, shape = faults.get("wrong_dtype", {}), faults.get("wrong_shape", {})
@@ -809,6 +829,7 @@ class Cluster:
                              "wrong_dtype": dtype.get(r), "wrong_shape": shape.get(r),
                              "missing": missing.get(r), "raising": raising.get(r),
                              "die_in_set_up": r in die_in_set_up,
+                             "engine_down": r == 0 and faults.get("engine_down", False),
                              "variant": faults.get("variant")}))
         out = []
         for r, c in enumerate(self.trainer_conns):
