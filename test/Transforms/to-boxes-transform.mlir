@@ -122,6 +122,14 @@ module {
     %0 = loadplan.apply "aten.bitwise_not.default" (%w) : (tensor<64x8xi32>) -> tensor<64x8xi32>
     loadplan.copy %0 to @w <offset = 0, shape = [4, 4, 32], stride = [512, 1, 4]> as i32 transform "marlin_w4" : tensor<64x8xi32>
   }
+  // A conversion the executors do not make into words (the transform
+  // takes the checkpoint's own words in any case).
+  // CHECK-LABEL: loadplan.checkpoint "converted"
+  // CHECK:         loadplan.fallback "casts float32 to int32 (send it as int32 to make it direct)"
+  loadplan.checkpoint "converted" : tensor<64x8xf32> (%w) {
+    %0 = loadplan.convert %w : tensor<64x8xf32> -> tensor<64x8xi32>
+    loadplan.copy %0 to @w <offset = 0, shape = [4, 4, 32], stride = [512, 1, 4]> as i32 transform "marlin_w4" : tensor<64x8xi32>
+  }
   // CHECK-LABEL: loadplan.checkpoint "dest_repeats"
   // CHECK:         loadplan.fallback "writes one destination element twice"
   loadplan.checkpoint "dest_repeats" : tensor<64x8xi32> (%w) {
@@ -143,7 +151,7 @@ module {
   }
 }
 
-// REPORT: load plan: 12 names: 0 direct (0.0 MiB), 11 fallback (0.0 MiB), 1 not needed
+// REPORT: load plan: 13 names: 0 direct (0.0 MiB), 12 fallback (0.0 MiB), 1 not needed
 
 // -----
 
