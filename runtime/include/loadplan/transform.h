@@ -84,21 +84,56 @@ LOADPLAN_TRANSFORM_HD inline uint32_t marlinW4Word(const uint8_t *src,
 /// columns `colStride`, with `atomRows` atoms down its rows: the output is
 /// the atoms in row-major order over (atom column, atom row), then each
 /// atom's words. `transform` must be a code of LOADPLAN_TRANSFORMS.
+/// The words of one atom of `transform`'s output.
+LOADPLAN_TRANSFORM_HD inline int64_t atomWords(uint32_t transform) {
+  switch (transform) {
+  case LOADPLAN_TRANSFORM_MARLIN_W4:
+  default:
+    return 32;
+  }
+}
+
+/// The first source byte of atom `atom` of a box read from `src`, rows
+/// `rowStride` bytes apart and columns `colStride`, with `atomRows` atoms
+/// down its rows (the output's atoms go down the rows first).
+LOADPLAN_TRANSFORM_HD inline const uint8_t *
+atomSource(uint32_t transform, const uint8_t *src, int64_t rowStride,
+           int64_t colStride, int64_t atomRows, int64_t atom) {
+  switch (transform) {
+  case LOADPLAN_TRANSFORM_MARLIN_W4:
+  default: {
+    int64_t col = atom / atomRows, row = atom - col * atomRows;
+    return src + row * 16 * rowStride + col * 2 * colStride;
+  }
+  }
+}
+
+/// Word `lane` of the atom whose first source byte is `at`.
+LOADPLAN_TRANSFORM_HD inline uint32_t atomWord(uint32_t transform,
+                                               const uint8_t *at,
+                                               int64_t rowStride,
+                                               int64_t colStride,
+                                               unsigned lane) {
+  switch (transform) {
+  case LOADPLAN_TRANSFORM_MARLIN_W4:
+  default:
+    return marlinW4Word(at, rowStride, colStride, lane);
+  }
+}
+
+/// Word `index` of the output of `transform` of the box at `src` (see
+/// atomSource).
 LOADPLAN_TRANSFORM_HD inline uint32_t transformWord(uint32_t transform,
                                                     const uint8_t *src,
                                                     int64_t rowStride,
                                                     int64_t colStride,
                                                     int64_t atomRows,
                                                     int64_t index) {
-  switch (transform) {
-  case LOADPLAN_TRANSFORM_MARLIN_W4:
-  default: {
-    int64_t atom = index / 32;
-    int64_t col = atom / atomRows, row = atom - col * atomRows;
-    return marlinW4Word(src + row * 16 * rowStride + col * 2 * colStride,
-                        rowStride, colStride, unsigned(index % 32));
-  }
-  }
+  int64_t lanes = atomWords(transform);
+  return atomWord(transform,
+                  atomSource(transform, src, rowStride, colStride, atomRows,
+                             index / lanes),
+                  rowStride, colStride, unsigned(index % lanes));
 }
 
 } // namespace loadplan_transform

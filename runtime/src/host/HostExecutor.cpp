@@ -185,16 +185,38 @@ static void convertPiece(const Copy &c, const ByteDim *dims, const uint8_t *src,
 /// atoms, a word at a time in the output's order.
 static void transformPiece(const Copy &c, const ByteDim *dims,
                            const uint8_t *src, int64_t begin, int64_t end) {
-  int64_t item = c.itemSize;
-  for (int64_t word = begin / item; word < end / item; ++word) {
-    int64_t rest = word, dstAt = 0;
-    for (uint32_t k = c.numDims; k-- > 0;) {
-      dstAt += rest % dims[k].size * dims[k].dstStride;
-      rest /= dims[k].size;
+  // Word `word` of the transform's output: where it goes by one division
+  // per dim, once per piece, then an odometer; its atom's first source
+  // byte by one division per atom.
+  int64_t word = begin / c.itemSize, last = end / c.itemSize;
+  int64_t index[kMaxRank];
+  int64_t dstAt = 0, rest = word;
+  for (uint32_t k = c.numDims; k-- > 0;) {
+    index[k] = rest % dims[k].size;
+    rest /= dims[k].size;
+    dstAt += index[k] * dims[k].dstStride;
+  }
+  namespace lt = loadplan_transform;
+  int64_t lanes = lt::atomWords(c.transform);
+  uint32_t inner = c.numDims - 1;
+  while (word < last) {
+    int64_t atom = word / lanes;
+    const uint8_t *at = lt::atomSource(c.transform, src, c.srcRowStride,
+                                       c.srcColStride, c.atomRows, atom);
+    for (int64_t stop = std::min(last, (atom + 1) * lanes); word < stop;
+         ++word) {
+      uint32_t value = lt::atomWord(c.transform, at, c.srcRowStride,
+                                    c.srcColStride, unsigned(word % lanes));
+      std::memcpy(c.dst + dstAt, &value, sizeof value);
+      ++index[inner];
+      dstAt += dims[inner].dstStride;
+      for (uint32_t k = inner; index[k] == dims[k].size && k > 0; --k) {
+        dstAt -= dims[k].size * dims[k].dstStride;
+        index[k] = 0;
+        ++index[k - 1];
+        dstAt += dims[k - 1].dstStride;
+      }
     }
-    uint32_t value = loadplan_transform::transformWord(
-        c.transform, src, c.srcRowStride, c.srcColStride, c.atomRows, word);
-    std::memcpy(c.dst + dstAt, &value, sizeof value);
   }
 }
 
