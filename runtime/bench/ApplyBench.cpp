@@ -10,6 +10,10 @@
 // line is
 //   ratio_vs_memcpy=A ratio_vs_memcpy_boxes=B
 // (apply bandwidth over the best memcpy bandwidth, full tensors and boxes).
+// --plan=int4-experts measures Kimi-K2's int4 experts on Marlin instead
+// (--layers=N: N experts, 8 by default, about 22 MB each), every byte
+// written through the marlin_w4 transform: the ratios are then the
+// transform's bandwidth over memcpy's of the same bytes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -41,7 +45,7 @@ namespace {
 
 /// The plan, live memory, sources and one binding per thread count.
 struct Setup {
-  explicit Setup(int layers) : plan(llamaPlan(layers, 2, 0)), memory(plan) {
+  explicit Setup(TestPlan built) : plan(std::move(built)), memory(plan) {
     std::vector<uint8_t> bytes = plan.bytes();
     if (loadplan_status_t s =
             loadplan_plan_open_bytes(bytes.data(), bytes.size(), &handle))
@@ -56,7 +60,7 @@ struct Setup {
     // read the same arena, and nothing else needs memory.
     size_t total = 0;
     for (const TestEntry &e : plan.entries)
-      total += size_t(product(e.shape)) * 2;
+      total += size_t(product(e.shape)) * loadplan_dtype_size(e.dtype);
     arena.assign(total, 0xa5);
     size_t at = 0;
     for (const TestEntry &e : plan.entries) {
@@ -69,12 +73,13 @@ struct Setup {
                          b.hi.data()});
       // The memcpy baseline: the box's bytes from the same place into the
       // same storage, contiguous, in 1 MiB pieces over the same pool.
-      size_t n = size_t(product(b.extents())) * 2;
+      size_t item = loadplan_dtype_size(e.dtype);
+      size_t n = size_t(product(b.extents())) * item;
       const TestTarget &t = plan.targets[e.writes[0].target];
-      uint8_t *dst = memory.base(t.storage) + e.writes[0].offset * 2;
+      uint8_t *dst = memory.base(t.storage) + e.writes[0].offset * item;
       for (size_t k = 0; k < n; k += size_t(1) << 20)
         pieces.push_back({dst + k, tensor + k, std::min(n - k, size_t(1) << 20)});
-      at += size_t(product(e.shape)) * 2;
+      at += size_t(product(e.shape)) * item;
     }
   }
   ~Setup() {
@@ -179,7 +184,8 @@ public:
 } // namespace
 
 int main(int argc, char **argv) {
-  int layers = 2;
+  int layers = -1;
+  bool int4Experts = false;
   // Other processes share the machine's memory bandwidth: by default run
   // each benchmark 5 times, interleaved at random, and compare medians.
   std::string repetitions = "--benchmark_repetitions=5";
@@ -190,12 +196,19 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--layers=", 9) == 0)
       layers = std::max(0, std::atoi(argv[i] + 9));
+    else if (std::strcmp(argv[i], "--plan=int4-experts") == 0)
+      int4Experts = true;
+    else if (std::strcmp(argv[i], "--plan=llama") == 0)
+      int4Experts = false;
     else
       args.push_back(argv[i]); // later flags override the defaults
   }
   int count = int(args.size());
   benchmark::Initialize(&count, args.data());
-  Setup state(layers);
+  if (layers < 0)
+    layers = int4Experts ? 8 : 2;
+  Setup state(int4Experts ? int4ExpertsPlan(std::max(1, layers))
+                          : llamaPlan(layers, 2, 0));
   setup = &state;
   unsigned most = std::max(1u, std::thread::hardware_concurrency());
   std::vector<unsigned> threads = {1};
@@ -213,9 +226,15 @@ int main(int argc, char **argv) {
           ->MinTime(0.5)
           ->UseRealTime();
     }
-  std::printf("apply_cpp: Llama-3-8B TP=2 rank 0, %d decoder layers + "
-              "embedding + lm_head: %u names, %.2f GiB moved per update\n",
-              layers, state.names, double(state.moved) / (1 << 30));
+  if (int4Experts)
+    std::printf("apply_cpp: Kimi-K2 int4 experts on Marlin (marlin_w4), %d "
+                "experts: %u names, %.2f GiB moved per update\n",
+                std::max(1, layers), state.names,
+                double(state.moved) / (1 << 30));
+  else
+    std::printf("apply_cpp: Llama-3-8B TP=2 rank 0, %d decoder layers + "
+                "embedding + lm_head: %u names, %.2f GiB moved per update\n",
+                layers, state.names, double(state.moved) / (1 << 30));
   Recorder recorder;
   benchmark::RunSpecifiedBenchmarks(&recorder);
   benchmark::Shutdown();

@@ -13,7 +13,12 @@
 //   and whose down_proj column blocks go into one stacked w2 [E, H, I/tp],
 //   as vLLM's FusedMoE holds them, plus the replicated router and the
 //   shared expert. Tens of thousands of names of a megabyte or less: what
-//   per-copy costs show on.
+//   per-copy costs show on;
+// - int4ExpertsPlan, Kimi-K2's int4 W4A16 routed experts (compressed-
+//   tensors, hidden 7168, intermediate 2048) as Marlin's MoE kernel holds
+//   them, whole experts on this rank (expert parallelism): each expert's
+//   gate, up and down int32 [N, K/8] written through the marlin_w4
+//   transform into w13 [E, K/16, 2 * 2I] and w2 [E, I/16, 2H] words.
 //
 //===----------------------------------------------------------------------===//
 
@@ -135,6 +140,46 @@ inline TestPlan moePlan(int layers, int64_t tp, int64_t rank) {
             b.target(layer + "shared_expert_gate", {1, hidden}));
   }
   return b.take();
+}
+
+inline TestPlan int4ExpertsPlan(int experts) {
+  constexpr int64_t hidden = 7168, inter = 2048;
+  constexpr uint32_t i32 = LOADPLAN_DTYPE_INT32;
+  constexpr uint32_t marlin = LOADPLAN_TRANSFORM_MARLIN_W4;
+  TestPlan p;
+  auto stacked = [&](const char *name, int64_t k, int64_t n) {
+    // Marlin's words of one expert's [n, k] weight: [k / 16, 2n].
+    std::vector<int64_t> shape = {experts, k / 16, 2 * n};
+    p.storageSizes.push_back(uint64_t(product(shape)) * 4);
+    return p.addTarget({"model.layers.0.mlp.experts", name,
+                        uint32_t(p.storageSizes.size() - 1), 0, i32, shape,
+                        rowMajor(shape)});
+  };
+  uint32_t w13 = stacked("w13_weight_packed", hidden, 2 * inter);
+  uint32_t w2 = stacked("w2_weight_packed", inter, hidden);
+  // An [n, k / 8] box as atoms [k / 16, n / 16, 32]: K tile t, N subtile
+  // q = 4m + w (q0 + q, from the target's subtile q0) to row t, words
+  // 128 (m0 + m) + 4 lane + w of a target of `words` per row.
+  auto marlinWrite = [&](const std::string &name, int64_t n, int64_t k,
+                         uint32_t t, int64_t expertWords, int64_t words,
+                         int64_t q0) {
+    p.entries.push_back(
+        {name, LOADPLAN_KIND_DIRECT, i32, {n, k / 8}, std::nullopt,
+         {{{0, 0}, {n, k / 8}}},
+         {{t, 0, expertWords + q0 / 4 * 128, {k / 16, n / 64, 4, 32},
+           {words, 128, 1, 4}, 0, marlin}}});
+  };
+  for (int64_t e = 0; e < experts; ++e) {
+    std::string expert = "model.layers.0.mlp.experts." + std::to_string(e) + ".";
+    int64_t w13Words = e * (hidden / 16) * 4 * inter;
+    marlinWrite(expert + "gate_proj.weight_packed", inter, hidden, w13,
+                w13Words, 4 * inter, 0);
+    marlinWrite(expert + "up_proj.weight_packed", inter, hidden, w13,
+                w13Words, 4 * inter, inter / 16);
+    marlinWrite(expert + "down_proj.weight_packed", hidden, inter, w2,
+                e * (inter / 16) * 2 * hidden, 2 * hidden, 0);
+  }
+  return p;
 }
 
 } // namespace loadplan::testing
