@@ -202,7 +202,8 @@ class LoadplanWeightTransferEngine(
             # writes into their checkpoint format, redirected to them.
             targets = Targets(self.model)
             with processing.checkpoint_format([modules[n] for n in rearranged]):
-                plan = plan_loads(self.model, metas, fallback_modules=processing.reasons(processed, steps),
+                plan = plan_loads(self.model, metas,
+                                  fallback_modules=processing.reasons(processed, steps),
                                   fallback_tensors=processing.staged_reasons(staged),
                                   targets=targets,
                                   redirects=processing.redirects(self.model, targets, rearranged))
