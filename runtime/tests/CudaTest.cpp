@@ -198,6 +198,17 @@ TEST(Cuda, ConvertingWrites) {
       checkOnDevice(p, where, boxes, rng);
 }
 
+TEST(Cuda, TransformingWrites) {
+  // Marlin's words computed by the kernel, also from sources 2 bytes off a
+  // word (a view into a byte buffer): never a misaligned word load.
+  SKIP_WITHOUT_GPU();
+  TestPlan p = transformingPlan();
+  std::mt19937_64 rng(43);
+  for (Where where : {Where::Device, Where::DeviceMisaligned, Where::Pinned})
+    for (bool boxes : {false, true})
+      checkOnDevice(p, where, boxes, rng);
+}
+
 TEST(Cuda, PinnedHostSources) {
   SKIP_WITHOUT_GPU();
   for (uint64_t seed = 30; seed <= 35; ++seed) {
@@ -301,8 +312,9 @@ TEST(Cuda, BackToBackUpdatesOnTwoStreams) {
     // Alternate streams; waiting for the other one keeps the updates in
     // order, so the last one wins.
     cudaStream_t s = streams[round % 2];
-    if (round)
+    if (round) {
       CUDA_OK(cudaStreamSynchronize(streams[(round + 1) % 2]));
+    }
     ASSERT_TRUE(isOk(loadplan_apply_boxes(binding.get(), u.boxArgs.data(),
                                           u.boxArgs.size(), s)));
   }

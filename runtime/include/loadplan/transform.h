@@ -51,9 +51,15 @@ inline Atom atomOf(uint32_t transform) {
 }
 
 /// The 4-byte word at `p` (4-aligned on a GPU; any address on the CPU).
+/// The little-endian word at `p`, which need not be 4-byte aligned (a
+/// source tensor may be a view into a byte buffer, such as a trainer's
+/// flattened bucket of mixed dtypes).
 LOADPLAN_TRANSFORM_HD inline uint32_t loadWord(const uint8_t *p) {
 #if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const uint32_t *>(p);
+  if ((reinterpret_cast<uintptr_t>(p) & 3u) == 0)
+    return *reinterpret_cast<const uint32_t *>(p);
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 |
+         uint32_t(p[3]) << 24;
 #else
   uint32_t v;
   memcpy(&v, p, 4);
