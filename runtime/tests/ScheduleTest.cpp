@@ -606,6 +606,60 @@ TEST_F(ScheduleBuild, JoinedPiecesThatLineUpArriveInPlace) {
   }
 }
 
+TEST_F(ScheduleBuild, LongRunsOfSmallPiecesArriveInPlaceEachAsItsMessage) {
+  // Two layers' experts, each layer's into a tensor of its own: joined
+  // into one message they would be staged (several runs); each run of at
+  // least join_below bytes is a message of its own, received in place.
+  // Short runs are joined with the rest, staged, as before.
+  constexpr uint32_t bf16 = LOADPLAN_DTYPE_BFLOAT16;
+  int64_t experts = 32;
+  TestPlan plan;
+  for (int64_t layer = 0; layer < 4; ++layer) {
+    // Layers 2 and 3 have 2 experts: runs of 64 bytes.
+    int64_t n = layer >= 2 ? 2 : experts;
+    plan.storageSizes.push_back(uint64_t(n * 16 * 2));
+    uint32_t w = plan.addTarget({"layer" + std::to_string(layer), "w",
+                                 uint32_t(layer), 0, bf16, {n, 4, 4}, {16, 4, 1}});
+    for (int64_t e = 0; e < n; ++e)
+      plan.entries.push_back(
+          {"layer" + std::to_string(layer) + ".expert." + std::to_string(e),
+           LOADPLAN_KIND_DIRECT, bf16, {4, 4}, std::nullopt, {{{0, 0}, {4, 4}}},
+           {{w, 0, e * 16, {4, 4}, {4, 1}}}});
+  }
+  PlanPtr handle = openPlan(plan);
+  ScheduleDecl d;
+  d.world = 2;
+  d.tensors = tensorsOf(plan);
+  d.senders.push_back({0, 0, wholeOf(d.tensors)});
+  d.receivers.push_back({1, 0, false, handle.get()});
+  d.joinBelow = 512; // each piece 32 bytes, each long run 1024
+  SchedulePtr s = d.make();
+  loadplan_schedule_summary_t sum = summaryOf(s.get());
+  EXPECT_EQ(sum.num_pieces, uint64_t(2 * experts + 4));
+  EXPECT_EQ(sum.num_messages, 3u);
+  EXPECT_EQ(sum.bytes_in_place, uint64_t(2 * experts * 32));
+  EXPECT_EQ(sum.bytes_staged, 128u);
+  // Each run's pieces follow one another in its message.
+  const loadplan::transfer::Schedule &sched = *s->schedule;
+  for (size_t i = 1; i < sched.pieces.size(); ++i) {
+    if (sched.pieces[i].flags & LOADPLAN_PIECE_JOINED) {
+      EXPECT_EQ(sched.pieces[i].sendOffset,
+                sched.pieces[i - 1].sendOffset + sched.pieceBytes(sched.pieces[i - 1]));
+    }
+  }
+  // An atomic receiver stages everything: one message, as before.
+  d.receivers[0].atomic = true;
+  loadplan_schedule_summary_t atomic = summaryOf(d.make().get());
+  EXPECT_EQ(atomic.num_messages, 1u);
+  EXPECT_EQ(atomic.bytes_staged, atomic.bytes_moved);
+  // A threshold above the long runs joins them all, staged.
+  d.receivers[0].atomic = false;
+  d.joinBelow = 4096;
+  loadplan_schedule_summary_t joined = summaryOf(d.make().get());
+  EXPECT_EQ(joined.num_messages, 1u);
+  EXPECT_EQ(joined.bytes_in_place, 0u);
+}
+
 /// One sender holding everything to two receivers that stage every
 /// receive (full broadcast), every rank's staging capped at `cap`.
 void ScheduleBuild::setUpFullStaged(uint64_t cap) {

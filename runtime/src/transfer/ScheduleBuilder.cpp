@@ -364,7 +364,10 @@ private:
   /// elements first (so that every piece's offset stays a multiple of its
   /// element size), then in the order their destinations lie in memory (so
   /// that pieces landing in place one after another can arrive so as one
-  /// run). Every other piece is a message of its own.
+  /// run). A run of such pieces of joinBelow bytes or more (a layer's
+  /// experts into its fused tensor) is a message of its own, received in
+  /// place: joined with other runs it would be staged and scattered. Every
+  /// other piece is a message of its own.
   void join() {
     std::map<std::pair<uint32_t, uint32_t>, std::vector<size_t>> small;
     std::vector<std::pair<size_t, Message>> ordered; // (first draft, message)
@@ -398,12 +401,30 @@ private:
         m = Message{};
         bytes = 0;
       };
-      for (size_t i : list) {
+      auto add = [&](size_t i) {
         if (bytes + drafts[i].bytes > limit)
           close();
         m.drafts.push_back(i);
         bytes += drafts[i].bytes;
+      };
+      // Runs of pieces that land in place one after another: the long ones
+      // alone, the others joined.
+      std::vector<size_t> rest;
+      for (size_t begin = 0, end; begin < list.size(); begin = end) {
+        uint64_t runBytes = drafts[list[begin]].bytes;
+        for (end = begin + 1; end < list.size() && follows(list[end - 1], list[end]);
+             ++end)
+          runBytes += drafts[list[end]].bytes;
+        if (drafts[list[begin]].staged || runBytes < s->joinBelow) {
+          rest.insert(rest.end(), list.begin() + begin, list.begin() + end);
+          continue;
+        }
+        for (size_t k = begin; k < end; ++k)
+          add(list[k]);
+        close();
       }
+      for (size_t i : rest)
+        add(i);
       close();
     }
     // Messages in the order of their first piece, as built.
@@ -417,6 +438,13 @@ private:
   /// Whether message `m` (of several pieces) must be packed and staged: it
   /// need not be packed when its pieces follow one another in one holding,
   /// nor staged when they land in place one after another.
+  /// Whether draft `b` lands in place right after draft `a`.
+  bool follows(size_t a, size_t b) const {
+    const Draft &x = drafts[a], &y = drafts[b];
+    return !x.staged && !y.staged && x.storage == y.storage &&
+           x.address + x.bytes == y.address;
+  }
+
   void settle(Message &m) const {
     const Draft &first = drafts[m.drafts.front()];
     if (m.drafts.size() == 1) {
@@ -431,8 +459,7 @@ private:
       inOneHolding &= !b.packed && a.holding == b.holding &&
                       uint64_t(offsetIn(a.box, held)) * a.itemSize + a.bytes ==
                           uint64_t(offsetIn(b.box, held)) * b.itemSize;
-      inOneRun &= !b.staged && a.storage == b.storage &&
-                  a.address + a.bytes == b.address;
+      inOneRun &= follows(m.drafts[k - 1], m.drafts[k]);
     }
     m.packed = !inOneHolding;
     m.staged = !inOneRun;
