@@ -577,6 +577,17 @@ TestPlan expertPlan(int64_t experts, int64_t slots,
   return p;
 }
 
+/// Rank 0 holding every tensor of `plan` whole, rank 1 receiving by
+/// `handle` (its plan), not atomic.
+ScheduleDecl oneToOne(const TestPlan &plan, loadplan_plan_t *handle) {
+  ScheduleDecl d;
+  d.world = 2;
+  d.tensors = tensorsOf(plan);
+  d.senders.push_back({0, 0, wholeOf(d.tensors)});
+  d.receivers.push_back({1, 0, false, handle});
+  return d;
+}
+
 TEST_F(ScheduleBuild, JoinedPiecesThatLineUpArriveInPlace) {
   // Experts in reverse order of their slots: the builder orders a message
   // by destination, so they still arrive as one run; with a gap between
@@ -587,11 +598,7 @@ TEST_F(ScheduleBuild, JoinedPiecesThatLineUpArriveInPlace) {
       return (experts - 1 - e) * (gap ? 2 : 1);
     });
     PlanPtr handle = openPlan(plan);
-    ScheduleDecl d;
-    d.world = 2;
-    d.tensors = tensorsOf(plan);
-    d.senders.push_back({0, 0, wholeOf(d.tensors)});
-    d.receivers.push_back({1, 0, false, handle.get()});
+    ScheduleDecl d = oneToOne(plan, handle.get());
     SchedulePtr s = d.make();
     loadplan_schedule_summary_t sum = summaryOf(s.get());
     EXPECT_EQ(sum.num_pieces, uint64_t(experts));
@@ -627,11 +634,7 @@ TEST_F(ScheduleBuild, LongRunsOfSmallPiecesArriveInPlaceEachAsItsMessage) {
            {{w, 0, e * 16, {4, 4}, {4, 1}}}});
   }
   PlanPtr handle = openPlan(plan);
-  ScheduleDecl d;
-  d.world = 2;
-  d.tensors = tensorsOf(plan);
-  d.senders.push_back({0, 0, wholeOf(d.tensors)});
-  d.receivers.push_back({1, 0, false, handle.get()});
+  ScheduleDecl d = oneToOne(plan, handle.get());
   d.joinBelow = 512; // each piece 32 bytes, each long run 1024
   SchedulePtr s = d.make();
   loadplan_schedule_summary_t sum = summaryOf(s.get());
