@@ -65,7 +65,7 @@ from .serving import (
     plan_version_key,
 )
 from .transfer import Sender, quantized_metadata
-from .transfer.endpoints import refuse
+from .transfer.endpoints import refuse, share_storage
 from .transfer.liveness import Liveness
 
 
@@ -272,8 +272,8 @@ def _shared(pairs):
     yields its own parameters shares them once; one that makes new tensors
     on every update pays a copy of each."""
     for name, tensor in pairs:
-        if tensor.device.type == "cpu" and not tensor.is_shared():
-            tensor.share_memory_()
+        if tensor.is_cpu:
+            share_storage(tensor)
         yield name, tensor
 
 

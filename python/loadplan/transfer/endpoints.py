@@ -463,8 +463,16 @@ def share_memory(tensors: Mapping[str, torch.Tensor] | Iterable[torch.Tensor]):
     ``tensors``."""
     values = tensors.values() if isinstance(tensors, Mapping) else tensors
     for t in values:
-        if t.device.type != "cpu":
+        if not t.is_cpu:
             raise ValueError(f"load plan: share_memory moves CPU tensors, not {t.device} ones")
-        if not t.is_shared():
-            t.share_memory_()
+        share_storage(t)
     return tensors
+
+
+def share_storage(t: torch.Tensor) -> None:
+    """``t.share_memory_()`` unless its storage is shared already. Asked
+    of the storage itself: ``Tensor.is_shared()`` goes through the typed
+    storage and costs several times as much, per tensor, on every update of
+    a colocated sender."""
+    if not t.untyped_storage().is_shared():
+        t.share_memory_()
