@@ -435,9 +435,6 @@ private:
       messages.push_back(std::move(o.second));
   }
 
-  /// Whether message `m` (of several pieces) must be packed and staged: it
-  /// need not be packed when its pieces follow one another in one holding,
-  /// nor staged when they land in place one after another.
   /// Whether draft `b` lands in place right after draft `a`.
   bool follows(size_t a, size_t b) const {
     const Draft &x = drafts[a], &y = drafts[b];
@@ -445,6 +442,9 @@ private:
            x.address + x.bytes == y.address;
   }
 
+  /// Whether message `m` (of several pieces) must be packed and staged: it
+  /// need not be packed when its pieces follow one another in one holding,
+  /// nor staged when they land in place one after another.
   void settle(Message &m) const {
     const Draft &first = drafts[m.drafts.front()];
     if (m.drafts.size() == 1) {
