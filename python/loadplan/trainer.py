@@ -282,6 +282,15 @@ def _shared(pairs):
 _REFUSED = "refused:"
 
 
+def _tell_refusal(store, key: str, what: str, cause: Exception) -> RuntimeError:
+    """Rank 0: the error of the engine's refusal of ``what``, written to
+    ``key``, where the other trainer ranks wait for a value (``_told``)."""
+    error = RuntimeError(f"load plan: the engine did not start {what}: "
+                         f"{type(cause).__name__}: {cause}")
+    store.set(key, _REFUSED + str(error))
+    return error
+
+
 def _told(value: str, rank: int) -> str:
     """A value rank 0 told the other trainer ranks through the store, or
     its refusal raised."""
@@ -368,9 +377,7 @@ class Trainer:
                     master_port=init_info.master_port, world_size=init_info.world_size,
                     rank_offset=init_info.num_trainer_ranks, session=session, **wire))
             except Exception as e:
-                error = RuntimeError(f"load plan: the engine did not start the weight transfer "
-                                     f"engine: {type(e).__name__}: {e}")
-                store.set("loadplan/session", _REFUSED + str(error))
+                error = _tell_refusal(store, "loadplan/session", "the weight transfer engine", e)
                 engine.shutdown()
                 raise error from e
             store.set("loadplan/session", session)
@@ -416,9 +423,8 @@ class Trainer:
             else:
                 self.client.start_weight_update()
         except Exception as e:
-            error = RuntimeError(f"load plan: the engine did not start the update: "
-                                 f"{type(e).__name__}: {e}")
-            self.store.set(epoch_key(target.session, target.round), _REFUSED + str(error))
+            error = _tell_refusal(self.store, epoch_key(target.session, target.round),
+                                  "the update", e)
             self._drop_sender(target)
             raise error from e
 

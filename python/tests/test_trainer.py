@@ -77,15 +77,6 @@ def test_start_refuses_a_source_without_the_engines_mode():
                       source=_FullOnly())
 
 
-def _free_port() -> int:
-    """A port of this host that nothing listens on."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_an_engine_that_does_not_start_the_transfer_fails_every_trainer_rank_at_once():
     # Rank 0's client cannot reach the engine at start: rank 1 is told so
     # through the store, instead of waiting for the workers at its first
@@ -94,11 +85,12 @@ def test_an_engine_that_does_not_start_the_transfer_fails_every_trainer_rank_at_
     import time
 
     from loadplan.sglang.client import SGLangClient
+    from loadplan.transfer import free_port
 
-    info = dict(master_address="127.0.0.1", master_port=_free_port(), world_size=3,
+    info = dict(master_address="127.0.0.1", master_port=free_port(), world_size=3,
                 num_trainer_ranks=2, engine="sliced", timeout=60.0)
     # An engine's URL where nothing listens (its server is gone).
-    client = SGLangClient.http(f"http://127.0.0.1:{_free_port()}", timeout=5)
+    client = SGLangClient.http(f"http://127.0.0.1:{free_port()}", timeout=5)
     errors: dict[int, BaseException] = {}
 
     def run(rank: int) -> None:

@@ -17,7 +17,6 @@ import functools
 import hashlib
 import multiprocessing as mp
 import os
-import socket
 import sys
 import threading
 import time
@@ -691,10 +690,7 @@ def _unreachable_client():
     host that nothing listens on."""
     from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return HTTPVLLMWeightSyncClient(f"http://127.0.0.1:{port}", timeout=5)
+    return HTTPVLLMWeightSyncClient(f"http://127.0.0.1:{free_port()}", timeout=5)
 
 
 def _die_later(seconds: float) -> None:

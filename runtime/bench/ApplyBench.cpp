@@ -207,8 +207,9 @@ int main(int argc, char **argv) {
   benchmark::Initialize(&count, args.data());
   if (layers < 0)
     layers = int4Experts ? 8 : 2;
-  Setup state(int4Experts ? int4ExpertsPlan(std::max(1, layers))
-                          : llamaPlan(layers, 2, 0));
+  if (int4Experts)
+    layers = std::max(1, layers); // experts
+  Setup state(int4Experts ? int4ExpertsPlan(layers) : llamaPlan(layers, 2, 0));
   setup = &state;
   unsigned most = std::max(1u, std::thread::hardware_concurrency());
   std::vector<unsigned> threads = {1};
@@ -229,8 +230,7 @@ int main(int argc, char **argv) {
   if (int4Experts)
     std::printf("apply_cpp: Kimi-K2 int4 experts on Marlin (marlin_w4), %d "
                 "experts: %u names, %.2f GiB moved per update\n",
-                std::max(1, layers), state.names,
-                double(state.moved) / (1 << 30));
+                layers, state.names, double(state.moved) / (1 << 30));
   else
     std::printf("apply_cpp: Llama-3-8B TP=2 rank 0, %d decoder layers + "
                 "embedding + lm_head: %u names, %.2f GiB moved per update\n",

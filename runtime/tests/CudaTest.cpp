@@ -161,6 +161,14 @@ void checkOnDevice(const TestPlan &p, Where where, bool boxes,
     ASSERT_EQ(got[s], expected[s]) << "storage " << s;
 }
 
+/// checkOnDevice of `p` from device, misaligned device and pinned host
+/// sources, tensors and boxes.
+void checkFromEverySource(const TestPlan &p, std::mt19937_64 &rng) {
+  for (Where where : {Where::Device, Where::DeviceMisaligned, Where::Pinned})
+    for (bool boxes : {false, true})
+      checkOnDevice(p, where, boxes, rng);
+}
+
 TEST(Cuda, DeviceCountAnswersWithoutAGpu) {
   int32_t count = -1;
   ASSERT_TRUE(isOk(loadplan_cuda_device_count(&count)));
@@ -183,30 +191,21 @@ TEST(Cuda, RandomPlansFromDeviceMemory) {
 TEST(Cuda, LargeCopies) {
   SKIP_WITHOUT_GPU();
   RandomPlanBuilder builder(3);
-  TestPlan p = builder.buildLarge(2053, 1031);
-  for (Where where : {Where::Device, Where::DeviceMisaligned, Where::Pinned})
-    for (bool boxes : {false, true})
-      checkOnDevice(p, where, boxes, builder.rng);
+  checkFromEverySource(builder.buildLarge(2053, 1031), builder.rng);
 }
 
 TEST(Cuda, ConvertingWrites) {
   SKIP_WITHOUT_GPU();
-  TestPlan p = convertingPlan();
   std::mt19937_64 rng(41);
-  for (Where where : {Where::Device, Where::DeviceMisaligned, Where::Pinned})
-    for (bool boxes : {false, true})
-      checkOnDevice(p, where, boxes, rng);
+  checkFromEverySource(convertingPlan(), rng);
 }
 
 TEST(Cuda, TransformingWrites) {
   // Marlin's words computed by the kernel, also from sources 2 bytes off a
   // word (a view into a byte buffer): never a misaligned word load.
   SKIP_WITHOUT_GPU();
-  TestPlan p = transformingPlan();
   std::mt19937_64 rng(43);
-  for (Where where : {Where::Device, Where::DeviceMisaligned, Where::Pinned})
-    for (bool boxes : {false, true})
-      checkOnDevice(p, where, boxes, rng);
+  checkFromEverySource(transformingPlan(), rng);
 }
 
 TEST(Cuda, PinnedHostSources) {

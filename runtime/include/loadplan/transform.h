@@ -50,7 +50,6 @@ inline Atom atomOf(uint32_t transform) {
   return a;
 }
 
-/// The 4-byte word at `p` (4-aligned on a GPU; any address on the CPU).
 /// The little-endian word at `p`, which need not be 4-byte aligned (a
 /// source tensor may be a view into a byte buffer, such as a trainer's
 /// flattened bucket of mixed dtypes).
