@@ -65,7 +65,7 @@ from .serving import (
     plan_version_key,
 )
 from .transfer import Sender, quantized_metadata
-from .transfer.endpoints import refuse, share_storage
+from .transfer.endpoints import refuse
 from .transfer.liveness import Liveness
 
 
@@ -263,18 +263,6 @@ class _Target:
     versions: list[str | None] | None = None
     sent_meta: list | None = None
     round: int = 0
-
-
-def _shared(pairs):
-    """The pairs, each tensor's storage moved into shared memory where it is
-    not there yet (torch's ``share_memory_()``: the same tensor, now backed
-    by a shared file), for colocated workers to read in place. A source that
-    yields its own parameters shares them once; one that makes new tensors
-    on every update pays a copy of each."""
-    for name, tensor in pairs:
-        if tensor.is_cpu:
-            share_storage(tensor)
-        yield name, tensor
 
 
 # What rank 0 writes in place of a session or an epoch when the engine
@@ -555,13 +543,11 @@ class Trainer:
                     f"{source}: {type(e).__name__}: {e}"))
             device = first[1].device if first is not None else torch.device("cpu")
             sender = self._ensure_sender(target, epoch, declared, quantize, held, device)
-            if self.init_info.transport == "ipc":
-                pairs = _shared(pairs)
-                first = first if first is None else next(_shared([first]))
             # The sender checks that they are the held ones, failing every
-            # rank if not, and makes the scales.
+            # rank if not, and makes the scales; colocated, it moves into
+            # shared memory those that are not there yet.
             sender.send(pairs if first is None else itertools.chain((first,), pairs),
-                        source=source)
+                        source=source, share=self.init_info.transport == "ipc")
         except BaseException:
             self._drop_sender(target)  # the next update makes new endpoints
             if future is not None:

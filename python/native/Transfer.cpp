@@ -368,6 +368,7 @@ public:
       refuseNames(given);
     check(tensors, deviceType, deviceIndex);
     holdGiven = nb::borrow(given);
+    this->given = std::move(tensors);
   }
 
   /// Reads (name, tensor) pairs from `pairs` (a WeightSource's iterator,
@@ -409,6 +410,49 @@ public:
       refuse(what);
     check(tensors, deviceType, deviceIndex);
     holdGiven = std::move(items);
+    given = std::move(tensors);
+  }
+
+  /// Colocated: the tensors of the last read whose bytes do not lie in
+  /// shared memory, where receivers could read them (none: an empty list).
+  /// The same tensors at the same addresses as the last read found all
+  /// shared are not looked up again (the engine's own table check still
+  /// proves each file before an update reads it).
+  nb::list unshared() {
+    nb::list out;
+    bool same = given.size() == sharedGiven.size();
+    for (size_t i = 0; same && i < given.size(); ++i)
+      same = given[i] == sharedGiven[i] && held[i].data == sharedData[i];
+    if (same)
+      return out;
+    std::vector<const void *> data(held.size());
+    std::vector<uint64_t> bytes(held.size());
+    for (size_t i = 0; i < held.size(); ++i) {
+      uint64_t n = loadplan_dtype_size(held[i].dtype);
+      for (uint32_t k = 0; k < held[i].rank; ++k)
+        n *= uint64_t(held[i].shape[k]);
+      data[i] = held[i].data;
+      bytes[i] = n;
+    }
+    std::vector<uint8_t> shared(held.size());
+    checkTransfer(loadplan_shared_memory_check(data.data(), bytes.data(), data.size(),
+                                               shared.data()));
+    for (size_t i = 0; i < held.size(); ++i)
+      if (!shared[i])
+        out.append(nb::handle(given[i]));
+    if (out.size() == 0) {
+      sharedGiven = given;
+      sharedData = std::move(data);
+    }
+    return out;
+  }
+
+  /// Reads the last read's tensors again (their addresses, after
+  /// share_memory_() moved some).
+  void refresh(uint32_t deviceType, int32_t deviceIndex) {
+    held.clear();
+    keep.clear();
+    check(given, deviceType, deviceIndex);
   }
 
   /// Whether the last read failed in the iterator it was given.
@@ -417,12 +461,19 @@ public:
   std::vector<loadplan_held_tensor_t> held;
   std::vector<nb::object> keep;
   nb::object holdGiven;
+  /// The tensors of the last read (held order), alive through holdGiven.
+  std::vector<PyObject *> given;
+  /// The tensors and addresses unshared() last found all in shared
+  /// memory (compared, never dereferenced).
+  std::vector<PyObject *> sharedGiven;
+  std::vector<const void *> sharedData;
 
 private:
   void clear() {
     held.clear();
     keep.clear();
     holdGiven = nb::object();
+    given.clear();
     sourceFailed = false;
   }
 
@@ -719,6 +770,11 @@ void loadplan_python::defineTransfer(nb::module_ &m) {
            "Reads an iterable of (name, tensor) pairs as read() reads a dict; "
            "names not held are passed over. What the iterable raises goes "
            "through, with source_failed set.")
+      .def("unshared", &SendBatch::unshared,
+           "Colocated: the last read's tensors whose bytes are not in shared "
+           "memory (empty when all are).")
+      .def("refresh", &SendBatch::refresh, nb::arg("device_type"), nb::arg("device_index"),
+           "Reads the last read's tensors again (after share_memory_() moved some).")
       .def_ro("source_failed", &SendBatch::sourceFailed,
               "Whether the last read failed in the iterable it was given.");
 

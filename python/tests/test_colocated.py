@@ -32,9 +32,11 @@ SCENARIOS: dict[str, dict] = {
     # Megatron TP shards, atomic receivers (staged, then written).
     "llama_tp_sliced_atomic": dict(model="llama", sizes={}, layout="tp", engine="sliced",
                                    atomic=True),
-    # Experts split between the trainer ranks; the engine with EP.
+    # Experts split between the trainer ranks; the engine with EP. The
+    # trainer sends with share=True and its reallocated buffer is a plain
+    # tensor: the sender moves it into shared memory itself.
     "moe_ep_m_to_n": dict(model="qwen2_moe", sizes=dict(enable_expert_parallel=True),
-                          layout="ep", engine="m_to_n", atomic=False),
+                          layout="ep", engine="m_to_n", atomic=False, share=True),
 }
 SEEDS = (31, 32, 33)  # the last after the trainer reallocated a tensor
 
@@ -83,12 +85,17 @@ def _run_scenario(name: str, rank: int, tmp: str, port: int) -> dict:
                     for n, b in holdings.items():
                         if k == 2 and n == "model.embed_tokens.weight":
                             # A new buffer, not the one the receivers mapped.
-                            held[n] = share_memory([_part(weights[n], b).clone()])[0]
+                            held[n] = _part(weights[n], b).clone()
+                            if not sc.get("share"):
+                                share_memory([held[n]])
                         else:
                             held[n].copy_(_part(weights[n], b))
-                stats = sender.send(held)
-                result["updates"].append(dict(messages=stats.messages_sent,
-                                              bytes_sent=stats.bytes_sent))
+                shared = "model.embed_tokens.weight" not in held or \
+                    held["model.embed_tokens.weight"].is_shared()
+                stats = sender.send(held, share=sc.get("share", False))
+                result["updates"].append(dict(
+                    messages=stats.messages_sent, bytes_sent=stats.bytes_sent,
+                    shared_before=shared, all_shared=all(t.is_shared() for t in held.values())))
         return result
     tp_rank = rank - 2
     reference, _ = _model(sc, tp_rank, 2)
@@ -218,6 +225,10 @@ def test_receivers_read_the_trainers_memory_and_match_load_weights(name: str, sc
     for s in senders:
         # Nothing is sent but the tables' headers and tables.
         assert all(u["bytes_sent"] == 0 for u in s["updates"]), s["updates"]
+        assert all(u["all_shared"] for u in s["updates"]), s["updates"]
+    if sc.get("share"):
+        # The reallocated buffer was private memory until send moved it.
+        assert any(not s["updates"][2]["shared_before"] for s in senders), senders
 
 
 @pytest.fixture(scope="module")

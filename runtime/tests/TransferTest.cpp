@@ -777,6 +777,33 @@ TEST(TransferApi, RefusesBadArguments) {
                       LOADPLAN_STATUS_INVALID_ARGUMENT, "transfer is NULL"));
 }
 
+TEST(TransferApi, SaysWhatLiesInSharedMemory) {
+  // Two pages of a memfd mapped shared, and a heap buffer.
+  long page = sysconf(_SC_PAGESIZE);
+  int fd = memfd_create("loadplan-shared-check", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, off_t(2 * page)), 0);
+  void *mapped = mmap(nullptr, size_t(2 * page), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(mapped, MAP_FAILED);
+  auto *file = static_cast<uint8_t *>(mapped);
+  std::vector<uint8_t> heap(size_t(4 * page));
+  const void *data[] = {file, file + page, file + page, heap.data(), nullptr,
+                        heap.data()};
+  uint64_t bytes[] = {uint64_t(2 * page), 16, uint64_t(page + 1), 16, 0, 0};
+  uint8_t shared[6] = {9, 9, 9, 9, 9, 9};
+  ASSERT_TRUE(isOk(loadplan_shared_memory_check(data, bytes, 6, shared)));
+  // The whole file; a part; past its end (not); the heap (not); empty.
+  EXPECT_EQ(std::vector<uint8_t>(shared, shared + 6),
+            (std::vector<uint8_t>{1, 1, 0, 0, 1, 1}));
+  munmap(mapped, size_t(2 * page));
+  ASSERT_TRUE(isOk(loadplan_shared_memory_check(data, bytes, 1, shared)));
+  EXPECT_EQ(shared[0], 0) << "an unmapped file is no longer shared memory";
+  close(fd);
+  EXPECT_TRUE(isOk(loadplan_shared_memory_check(nullptr, nullptr, 0, nullptr)));
+  EXPECT_TRUE(isError(loadplan_shared_memory_check(data, nullptr, 1, shared),
+                      LOADPLAN_STATUS_INVALID_ARGUMENT, "is NULL"));
+}
+
 TEST(TransferApi, OneRankCopiesItsOwnPieces) {
   int32_t gloo = 0;
   ASSERT_TRUE(isOk(loadplan_backend_available(LOADPLAN_BACKEND_GLOO, &gloo)));

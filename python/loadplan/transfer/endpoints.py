@@ -329,13 +329,18 @@ class Sender(Endpoint):
         )}
 
     def send(self, tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
-             *, source: str = "the given pairs") -> TransferStats:
+             *, source: str = "the given pairs", share: bool = False) -> TransferStats:
         """Collective: one update. ``tensors`` has this rank's part of every
         name it holds: the box's shape, the declared dtype, on this rank's
         device (dense); for a name it quantizes, the weight in bf16, fp16 or
         fp32 and not its scales. A dict, or (name, tensor) pairs (a
         WeightSource's iterator: read as they come, names not held passed
         over); ``source`` names the pairs in the error when they raise.
+        ``share`` (colocated): first move each tensor whose bytes are not
+        in shared memory there (``share_memory_()``: the same tensor, now
+        backed by a shared file), found in one native call; a source that
+        keeps its tensors pays this once, one that makes new ones on every
+        update a copy of each.
 
         Raises:
             ValueError: a tensor is missing, extra, or of the wrong shape,
@@ -362,6 +367,12 @@ class Sender(Endpoint):
                 self._batch.read(tensors, *device)
             else:
                 self._batch.read_pairs(tensors, *device)
+            if share and self.colocated:
+                moved = self._batch.unshared()
+                for t in moved:
+                    t.share_memory_()
+                if moved:
+                    self._batch.refresh(*device)
         except Exception as e:
             if not self._batch.source_failed and isinstance(e, ValueError):
                 self.fail(e, "invalid_update")  # on every rank

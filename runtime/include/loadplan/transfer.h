@@ -389,6 +389,15 @@ typedef struct loadplan_transfer_options_t {
 
 LOADPLAN_API void loadplan_transfer_options_init(loadplan_transfer_options_t *options);
 
+/* For a colocated sender, before an update: out_shared[i] = 1 when the
+ * `bytes[i]` bytes at `data[i]` lie wholly in shared file mappings of this
+ * process (where a colocated transfer can read them), else 0; an empty
+ * region (bytes[i] == 0) is. Reads /proc/self/maps once. */
+LOADPLAN_API loadplan_status_t loadplan_shared_memory_check(const void *const *data,
+                                                            const uint64_t *bytes,
+                                                            size_t count,
+                                                            uint8_t *out_shared);
+
 /* Collective: this rank's engine over `schedule`. Its role comes from the
  * schedule (the sender and/or receiver whose comm_rank is this rank's);
  * `receiver` is required for a receiving rank and must be NULL otherwise.

@@ -75,6 +75,29 @@ std::vector<MapLine> sharedMappings() {
   return out;
 }
 
+/// Where `bytes` bytes at `data` lie among `maps` (sorted by address).
+enum class Where { Inside, Outside, RunsPast };
+
+Where locate(const std::vector<MapLine> &maps, const uint8_t *data, uint64_t bytes,
+             const MapLine *&found) {
+  uintptr_t at = reinterpret_cast<uintptr_t>(data);
+  auto it = std::upper_bound(maps.begin(), maps.end(), at,
+                             [](uintptr_t a, const MapLine &m) { return a < m.start; });
+  if (it == maps.begin() || at >= std::prev(it)->end)
+    return Where::Outside;
+  const MapLine &m = *std::prev(it);
+  // The bytes may run on through mappings of the same file that follow.
+  uintptr_t end = at + bytes;
+  for (auto next = it; end > std::prev(next)->end; ++next)
+    if (next == maps.end() || next->start != std::prev(next)->end ||
+        next->ino != m.ino || next->dev != m.dev ||
+        next->pgoff != std::prev(next)->pgoff +
+                           (std::prev(next)->end - std::prev(next)->start))
+      return Where::RunsPast;
+  found = &m;
+  return Where::Inside;
+}
+
 template <typename T> void put(std::vector<uint8_t> &out, T v) {
   size_t at = out.size();
   out.resize(at + sizeof v);
@@ -88,6 +111,17 @@ template <typename T> T get(const uint8_t *&p) {
 }
 
 } // namespace
+
+std::vector<bool> loadplan::transfer::inSharedMemory(const std::vector<const uint8_t *> &data,
+                                                    const std::vector<uint64_t> &bytes) {
+  std::vector<MapLine> maps = sharedMappings();
+  std::vector<bool> out(data.size(), true);
+  for (size_t i = 0; i < data.size(); ++i) {
+    const MapLine *found = nullptr;
+    out[i] = !bytes[i] || locate(maps, data[i], bytes[i], found) == Where::Inside;
+  }
+  return out;
+}
 
 HostIdentity loadplan::transfer::hostIdentity(bool colocated) {
   HostIdentity id;
@@ -202,25 +236,22 @@ bool SharedExporter::resolve(const std::vector<const uint8_t *> &data,
       continue;
     }
     uintptr_t at = reinterpret_cast<uintptr_t>(data[i]);
-    auto it = std::upper_bound(maps.begin(), maps.end(), at,
-                               [](uintptr_t a, const MapLine &m) { return a < m.start; });
-    if (it == maps.begin() || at >= std::prev(it)->end)
+    const MapLine *found = nullptr;
+    switch (locate(maps, data[i], bytes[i], found)) {
+    case Where::Outside:
       fail(LOADPLAN_STATUS_INVALID_UPDATE, what(i),
            " is not in shared memory: a colocated transfer reads a sender's "
            "tensors where they are, so they must live in a shared file "
            "mapping (torch: tensor.share_memory_(), or "
            "loadplan.transfer.share_memory(tensors) once before the first "
            "update)");
-    const MapLine &m = *std::prev(it);
-    // The bytes may run on through mappings of the same file that follow.
-    uintptr_t end = at + bytes[i];
-    for (auto next = it; end > std::prev(next)->end; ++next)
-      if (next == maps.end() || next->start != std::prev(next)->end ||
-          next->ino != m.ino || next->dev != m.dev ||
-          next->pgoff != std::prev(next)->pgoff +
-                             (std::prev(next)->end - std::prev(next)->start))
-        fail(LOADPLAN_STATUS_INVALID_UPDATE, what(i),
-             " runs past the end of the shared mapping it starts in");
+    case Where::RunsPast:
+      fail(LOADPLAN_STATUS_INVALID_UPDATE, what(i),
+           " runs past the end of the shared mapping it starts in");
+    case Where::Inside:
+      break;
+    }
+    const MapLine &m = *found;
     auto key = std::make_pair(m.dev, m.ino);
     auto [r, added] = regionOf.emplace(key, uint32_t(table.regions.size()));
     if (added) {

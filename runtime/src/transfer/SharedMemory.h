@@ -58,6 +58,12 @@ struct SharedTable {
                            const std::string &who);
 };
 
+/// Per region (`bytes[i]` bytes at `data[i]`), whether it lies wholly in
+/// shared file mappings of this process (one file's, in order), as a
+/// colocated sender's holdings must; an empty region is.
+std::vector<bool> inSharedMemory(const std::vector<const uint8_t *> &data,
+                                 const std::vector<uint64_t> &bytes);
+
 /// The sender's side: finds the shared mappings of its tensors.
 class SharedExporter {
 public:

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Engine.h"
+#include "SharedMemory.h"
 #include "../Status.h"
 
 #include <cstring>
@@ -345,5 +346,20 @@ loadplan_status_t loadplan_transfer_stats(const loadplan_transfer_t *transfer,
     require(transfer && transfer->engine, "transfer is NULL");
     require(out_stats, "out_stats is NULL");
     *out_stats = transfer->engine->stats;
+  });
+}
+
+loadplan_status_t loadplan_shared_memory_check(const void *const *data, const uint64_t *bytes,
+                                               size_t count, uint8_t *out_shared) {
+  return guard([&] {
+    require(count == 0 || (data && bytes && out_shared),
+            "data, bytes or out_shared is NULL");
+    std::vector<const uint8_t *> at(count);
+    for (size_t i = 0; i < count; ++i)
+      at[i] = static_cast<const uint8_t *>(data[i]);
+    std::vector<bool> shared =
+        inSharedMemory(at, std::vector<uint64_t>(bytes, bytes + count));
+    for (size_t i = 0; i < count; ++i)
+      out_shared[i] = shared[i] ? 1 : 0;
   });
 }
