@@ -17,6 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from .liveness import SLICE_MS, PeerGone
+
+# A watched wait in the store asks for its key after pauses that double
+# from POLL_MIN_S to POLL_MAX_S.
+POLL_MIN_S = 0.0005
+POLL_MAX_S = 0.005
 from .schedule import TransferError, transfer_error
 
 logger = logging.getLogger("loadplan")
@@ -160,20 +165,40 @@ class Rendezvous:
         """The runtime's rendezvous: waits for ``key`` and returns its
         value, or None when it did not come in time; raises when the store
         cannot be reached (a dead TCPStore server)."""
-        deadline = time.monotonic() + timeout_ms / 1000
-        while True:
-            left_ms = max(1, int((deadline - time.monotonic()) * 1000))
-            slice_ms = left_ms if self.watch is None else min(left_ms, SLICE_MS)
+        if self.watch is None:
             try:
-                self.store.wait([key], datetime.timedelta(milliseconds=slice_ms))
+                self.store.wait([key], datetime.timedelta(milliseconds=max(1, timeout_ms)))
                 return self.store.get(key)
             except self.dist.DistNetworkError as e:  # the runtime reports a lost store
                 self._lost(e)
                 raise
             except self.dist.DistStoreError as e:  # a timeout: the runtime names who is late
-                if slice_ms == left_ms:
-                    logger.debug("load plan: store get of %s timed out: %s", key, e)
-                    return None
+                logger.debug("load plan: store get of %s timed out: %s", key, e)
+                return None
+        # Watched: the store is asked whether the key is there, with pauses
+        # growing to POLL_MAX_S, and the peers looked at every SLICE_MS. A
+        # blocking wait in slices would do, but torch's store client logs a
+        # warning for every slice that times out.
+        start = time.monotonic()
+        deadline, look = start + timeout_ms / 1000, start + SLICE_MS / 1000
+        pause = POLL_MIN_S
+        while True:
+            try:
+                if self.store.check([key]):
+                    return self.store.get(key)
+            except self.dist.DistNetworkError as e:  # the runtime reports a lost store
+                self._lost(e)
+                raise
+            now = time.monotonic()
+            if now >= deadline:  # a timeout: the runtime names who is late
+                logger.debug("load plan: store get of %s timed out after %d ms", key,
+                             timeout_ms)
+                return None
+            time.sleep(min(pause, deadline - now))
+            pause = min(2 * pause, POLL_MAX_S)
+            if time.monotonic() < look:
+                continue
+            look = time.monotonic() + SLICE_MS / 1000
             try:
                 self.watch.check()
             except PeerGone as e:  # the runtime reports a gone peer
