@@ -2,16 +2,20 @@
 # The transfers over NCCL on GPUs, in one go: builds (bench/gpu_build.sh),
 # then
 #
-#   1. the NCCL transfer tests: on one GPU one rank sends to itself through
+#   1. the colocated transfer tests through CUDA IPC: a sender and a
+#      receiver process on GPU 0 (as a colocated trainer and engine share
+#      one), Gloo between them for the tables and agreements, which must
+#      run, not skip, where there is a GPU;
+#   2. the NCCL transfer tests: on one GPU one rank sends to itself through
 #      the same code (NCCL refuses two ranks on one device), which must run,
 #      not skip; with two GPUs or more, one sender and TP receivers, one GPU
 #      each;
-#   2. with two GPUs or more, bench/transfer over NCCL, one GPU per rank,
+#   3. with two GPUs or more, bench/transfer over NCCL, one GPU per rank,
 #      with the runtime-only loadplan._native and the receivers' plans from
 #      .gpu/plans: bytes moved against bytes needed, and each engine's time
 #      against full broadcast. 2 GPUs: a TP=1 trainer to rank 0 of a TP=2
 #      engine; 3 to 5: TP=1 to TP=2; 6 or more: TP=2 to TP=4;
-#   3. with four GPUs or more, bench/transfer --many-names over NCCL: an
+#   4. with four GPUs or more, bench/transfer --many-names over NCCL: an
 #      update's time over its link probe, Llama and a MoE of 20,000 names.
 #
 # Log in $LOADPLAN_GPU_LOGS (bench/gpu_common.sh): nccl.log. Arguments after
@@ -25,13 +29,21 @@ dry_run=0
 source "$(dirname "$0")/gpu_common.sh"
 gpu_start gpu_transfer
 
+echo "== colocated transfer tests (CUDA IPC)"
+timeout "$(limit 120)" "$bin/tests/loadplan_runtime_cuda_tests" \
+  --gtest_filter='CudaColocated.*' 2>&1 | tee "$logs/nccl.log" || failed "the CUDA IPC tests"
+if grep -q "SKIPPED \] CudaColocated" "$logs/nccl.log"; then
+  if [ "$gpus" -gt 0 ]; then failed "the CUDA IPC tests skipped on a GPU"
+  else say "skipped: the CUDA IPC tests that need a GPU (no GPU)"; fi
+fi
+
 echo "== NCCL transfer tests"
 if ! grep -q "NCCL transport ON" "$bin/configure.log"; then
   failed "the runtime was built without the NCCL transport (no nccl.h found)"
   exit "$status"
 fi
 timeout "$(limit 180)" "$bin/tests/loadplan_runtime_cuda_tests" \
-  --gtest_filter='NcclTransfer.*' 2>&1 | tee "$logs/nccl.log" || failed "the NCCL tests"
+  --gtest_filter='NcclTransfer.*' 2>&1 | tee -a "$logs/nccl.log" || failed "the NCCL tests"
 if grep -q "SKIPPED \] NcclTransfer.OneRankSendsToItselfForEveryEngine" "$logs/nccl.log"; then
   if [ "$gpus" -gt 0 ]; then failed "the one-GPU NCCL test skipped (NCCL did not load?)"
   else say "skipped: the NCCL tests that need a GPU (no GPU)"; fi

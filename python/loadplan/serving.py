@@ -61,12 +61,13 @@ def check_wire(engine: str, world_size: int, trainer_ranks: int, port: int,
 def endpoint_transport(transport: str | None, device: torch.device) -> dict:
     """The ``backend`` and ``colocated`` arguments of a session's Sender or
     Receiver on ``device``. ``"ipc"``: colocated transfers, the workers
-    reading the trainer's tensors where they lie, in shared memory (CPU
-    tensors; through CUDA IPC not built yet: a ValueError)."""
+    reading the trainer's tensors where they lie: CPU tensors in shared
+    memory, CUDA tensors through CUDA IPC; either way the communicator is
+    Gloo's, carrying only tables and agreements."""
     if transport == "ipc":
-        if device.type != "cpu":
-            raise ValueError(f"load plan: transport 'ipc' reads CPU shared memory; for "
-                             f"{device.type} tensors (CUDA IPC) it is not built yet")
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"load plan: transport 'ipc' reads CPU or CUDA memory, not "
+                             f"{device.type}")
         return {"backend": "gloo", "colocated": True}
     return {"backend": transport or ("nccl" if device.type == "cuda" else "gloo"),
             "colocated": False}

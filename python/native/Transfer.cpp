@@ -567,7 +567,8 @@ public:
   Transfer(Comm &comm, Schedule &schedule, Plan *plan,
            const std::vector<LayoutTuple> &layouts,
            const std::vector<FallbackTuple> &fallbacks, uint32_t numThreads,
-           int32_t debugFailRound, bool linkProbe, bool colocated)
+           int32_t debugFailRound, bool linkProbe, bool colocated,
+           int32_t colocatedDevice)
       : layoutTuples(layouts), fallbackTuples(fallbacks) {
     loadplan_transfer_options_t options;
     loadplan_transfer_options_init(&options);
@@ -575,6 +576,7 @@ public:
     options.debug_fail_round = debugFailRound;
     options.link_probe = linkProbe ? 1u : 0u;
     options.colocated = colocated ? 1u : 0u;
+    options.colocated_device = colocatedDevice;
     loadplan_receiver_args_t receiver{};
     if (plan) {
       cLayouts = toLayouts(layoutTuples);
@@ -781,16 +783,18 @@ void loadplan_python::defineTransfer(nb::module_ &m) {
   nb::class_<Transfer>(m, "Transfer", "One rank's transfer engine")
       .def(nb::init<Comm &, Schedule &, Plan *, const std::vector<LayoutTuple> &,
                     const std::vector<FallbackTuple> &, uint32_t, int32_t, bool,
-                    bool>(),
+                    bool, int32_t>(),
            nb::arg("comm"), nb::arg("schedule"), nb::arg("plan").none(),
            nb::arg("layouts"), nb::arg("fallbacks"), nb::arg("num_threads"),
            nb::arg("debug_fail_round"), nb::arg("link_probe") = false,
-           nb::arg("colocated") = false,
+           nb::arg("colocated") = false, nb::arg("colocated_device") = -1,
            "Collective: this rank's engine; a receiver gives its plan, its "
            "target layouts and a buffer per fallback name, a sender None "
            "and empty lists; link_probe times the update's bytes as one "
            "message per pair of ranks (stats' probe_seconds); colocated: "
-           "receivers read the senders' shared memory in place.")
+           "receivers read the senders' shared memory in place (CPU) or "
+           "their CUDA memory through CUDA IPC (colocated_device: the CUDA "
+           "device, -1 for CPU memory).")
       .def("update", &Transfer::update, nb::arg("held"), nb::arg("stream") = 0,
            "Collective: one update; a sender passes every tensor it holds "
            "as (name, data, dtype, shape).")

@@ -12,9 +12,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "CudaTestUtil.h"
 #include "TransferTestUtil.h"
-
-#include <cuda_runtime.h>
 
 #include <dlfcn.h>
 #include <sys/stat.h>
@@ -34,25 +33,6 @@ bool haveNccl() {
          available;
 }
 
-/// Device memory with the bytes of `host`, freed at scope exit.
-struct OnDevice {
-  explicit OnDevice(const std::vector<uint8_t> &host) : size(host.size()) {
-    EXPECT_EQ(cudaMalloc(&data, std::max<size_t>(size, 1)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(data, host.data(), size, cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
-  ~OnDevice() { cudaFree(data); }
-  OnDevice(const OnDevice &) = delete;
-  std::vector<uint8_t> read() const {
-    std::vector<uint8_t> out(size);
-    EXPECT_EQ(cudaMemcpy(out.data(), data, size, cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    return out;
-  }
-  void *data = nullptr;
-  size_t size;
-};
-
 TEST(NcclTransfer, OneRankSendsToItselfForEveryEngine) {
   if (!haveNccl())
     GTEST_SKIP() << "NCCL does not load or no CUDA device";
@@ -69,25 +49,15 @@ TEST(NcclTransfer, OneRankSendsToItselfForEveryEngine) {
   for (uint32_t engine : {LOADPLAN_ENGINE_FULL, LOADPLAN_ENGINE_SLICED,
                           LOADPLAN_ENGINE_M_TO_N}) {
     for (bool atomic : {false, true}) {
-      ScheduleDecl decl;
-      decl.engine = engine;
-      decl.world = 1;
-      decl.tensors = tensors;
-      decl.senders.push_back({0, 64, wholeOf(tensors)});
-      decl.receivers.push_back({0, 64, atomic, handle.get()});
-      SchedulePtr schedule = decl.make();
+      SchedulePtr schedule =
+          wholeToOne(tensors, engine, 0, 0, 1, 64, atomic, handle.get()).make();
 
       Memory host(plan);
       for (auto &s : host.storages)
         fillRandom(s, rng);
-      std::vector<std::unique_ptr<OnDevice>> storages;
-      std::vector<uint8_t *> bases;
-      for (const auto &s : host.storages) {
-        storages.push_back(std::make_unique<OnDevice>(s));
-        bases.push_back(static_cast<uint8_t *>(storages.back()->data));
-      }
+      DeviceStorages storages(host);
       std::vector<loadplan_target_layout_t> layouts =
-          Memory::layoutsAt(plan, bases);
+          Memory::layoutsAt(plan, storages.bases);
       OnDevice fallback(std::vector<uint8_t>(2, 0));
       loadplan_fallback_buffer_t fb{"scale", 5, fallback.data, 2};
       loadplan_receiver_args_t args{handle.get(), layouts.data(),
@@ -110,10 +80,7 @@ TEST(NcclTransfer, OneRankSendsToItselfForEveryEngine) {
       }
       ASSERT_TRUE(isOk(loadplan_transfer_update(transfer.get(), held.data(),
                                                 held.size(), nullptr)));
-      std::vector<std::vector<uint8_t>> after;
-      for (const auto &s : storages)
-        after.push_back(s->read());
-      EXPECT_EQ(after, referenceAfter(plan, host.storages, u))
+      EXPECT_EQ(storages.read(), referenceAfter(plan, host.storages, u))
           << loadplan_engine_name(engine) << (atomic ? " atomic" : "");
       EXPECT_EQ(fallback.read(), u.tensors["scale"]);
       loadplan_transfer_stats_t stats;
@@ -185,19 +152,15 @@ TEST(NcclTransfer, OneSenderToTpReceiversOnOtherGpus) {
     if (failed("schedule", decl.build(&rawSchedule)))
       return;
     SchedulePtr schedule(rawSchedule);
-    std::vector<std::unique_ptr<OnDevice>> memory;
+    std::unique_ptr<DeviceStorages> memory;
     std::vector<loadplan_target_layout_t> layouts;
     std::unique_ptr<OnDevice> fallback;
     loadplan_fallback_buffer_t fb{};
     loadplan_receiver_args_t args{};
     Memory host(plans[std::max(rank - 1, 0)]);
     if (rank > 0) {
-      std::vector<uint8_t *> bases;
-      for (const auto &st : host.storages) {
-        memory.push_back(std::make_unique<OnDevice>(st));
-        bases.push_back(static_cast<uint8_t *>(memory.back()->data));
-      }
-      layouts = Memory::layoutsAt(plans[rank - 1], bases);
+      memory = std::make_unique<DeviceStorages>(host);
+      layouts = Memory::layoutsAt(plans[rank - 1], memory->bases);
       fallback = std::make_unique<OnDevice>(std::vector<uint8_t>(2, 0));
       fb = {"scale", 5, fallback->data, 2};
       args = {handles[rank - 1].get(), layouts.data(), layouts.size(), 0, &fb, 1};
@@ -221,17 +184,20 @@ TEST(NcclTransfer, OneSenderToTpReceiversOnOtherGpus) {
       return;
     if (rank == 0)
       return;
-    std::vector<std::vector<uint8_t>> after;
-    for (const auto &m : memory)
-      after.push_back(m->read());
-    if (after != referenceAfter(plans[rank - 1], host.storages, u))
+    if (memory->read() != referenceAfter(plans[rank - 1], host.storages, u))
       errors[rank] = "live memory differs from the reference";
     else if (fallback->read() != u.tensors["scale"])
       errors[rank] = "the fallback buffer is not the whole tensor";
   };
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank)
-    threads.emplace_back(rankMain, rank);
+    threads.emplace_back([&, rank] {
+      try {
+        rankMain(rank);
+      } catch (const std::exception &e) { // CUDA failed (CudaTestUtil.h)
+        errors[rank] = e.what();
+      }
+    });
   for (std::thread &t : threads)
     t.join();
   for (int rank = 0; rank < world; ++rank)

@@ -39,16 +39,6 @@ std::string storeDir() {
   return path;
 }
 
-/// The status's message, freeing it; "" for success.
-std::string take(loadplan_status_t s) {
-  if (!s)
-    return "";
-  std::string m = std::string(loadplan_status_code_name(loadplan_status_code(s))) +
-                  ": " + loadplan_status_message(s);
-  loadplan_status_free(s);
-  return m;
-}
-
 CommPtr connect(int rank, int size, const std::string &dir, int64_t timeoutMs,
                 std::string &error) {
   loadplan_gloo_options_t options;
@@ -804,31 +794,84 @@ TEST(TransferApi, SaysWhatLiesInSharedMemory) {
                       LOADPLAN_STATUS_INVALID_ARGUMENT, "is NULL"));
 }
 
-TEST(TransferApi, OneRankCopiesItsOwnPieces) {
+/// Rank 0 of a world of one, sender and receiver of an M-to-N schedule
+/// from row shards (TransferApi tests drive both roles by hand).
+struct OneRank {
+  Topology sc{1, 1, LOADPLAN_ENGINE_M_TO_N, Layout::RowShards, false, 0};
+  std::string dir = storeDir(), error;
+  CommPtr comm;
+  SchedulePtr schedule;
+  std::unique_ptr<Memory> memory;
+  std::vector<loadplan_target_layout_t> layouts;
+  std::vector<uint8_t> fallback = std::vector<uint8_t>(2);
+  loadplan_fallback_buffer_t fb{"scale", 5, nullptr, 2};
+  loadplan_receiver_args_t args{};
+
+  OneRank() {
+    sc.build();
+    sc.decl.receivers[0].rank = 0;
+    sc.decl.world = 1;
+    comm = connect(0, 1, dir, 5000, error);
+    schedule = sc.decl.make();
+    memory = std::make_unique<Memory>(sc.plans[0]);
+    layouts = memory->layouts();
+    fb.data = fallback.data();
+    args = {sc.handles[0].get(), layouts.data(), layouts.size(), 1, &fb, 1};
+  }
+};
+
+bool haveGloo() {
   int32_t gloo = 0;
-  ASSERT_TRUE(isOk(loadplan_backend_available(LOADPLAN_BACKEND_GLOO, &gloo)));
-  if (!gloo)
+  return isOk(loadplan_backend_available(LOADPLAN_BACKEND_GLOO, &gloo)) && gloo;
+}
+
+TEST(TransferApi, ColocatedCudaMemoryNeedsItsDevice) {
+  if (!haveGloo())
+    GTEST_SKIP() << "built without Gloo";
+  int32_t gpus = 0;
+  ASSERT_TRUE(isOk(loadplan_cuda_device_count(&gpus)));
+  if (gpus)
+    GTEST_SKIP() << "a GPU is here (CudaColocatedTest runs it)";
+  OneRank one;
+  ASSERT_TRUE(one.comm) << one.error;
+  loadplan_transfer_options_t options;
+  loadplan_transfer_options_init(&options);
+  EXPECT_EQ(options.colocated_device, -1);
+  loadplan_transfer_t *raw = nullptr;
+  // A CUDA device without a colocated transfer means nothing.
+  options.colocated_device = 0;
+  EXPECT_TRUE(isError(loadplan_transfer_create(one.comm.get(), one.schedule.get(),
+                                               &one.args, &options, &raw),
+                      LOADPLAN_STATUS_INVALID_ARGUMENT,
+                      "colocated_device is 0 but the transfer is not colocated"));
+  // Colocated CUDA memory on a machine without a GPU (or a runtime built
+  // without CUDA): refused, saying so, on every rank.
+  options.colocated = 1;
+  loadplan_status_t status = loadplan_transfer_create(
+      one.comm.get(), one.schedule.get(), &one.args, &options, &raw);
+  ASSERT_NE(status, nullptr);
+  EXPECT_EQ(loadplan_status_code(status), LOADPLAN_STATUS_UNAVAILABLE);
+  std::string message = loadplan_status_message(status);
+  loadplan_status_free(status);
+  EXPECT_TRUE(message.find("no CUDA device") != std::string::npos ||
+              message.find("built without CUDA") != std::string::npos)
+      << message;
+  EXPECT_EQ(raw, nullptr);
+}
+
+TEST(TransferApi, OneRankCopiesItsOwnPieces) {
+  if (!haveGloo())
     GTEST_SKIP() << "built without Gloo";
   // Rank 0 is sender and receiver: no transport ops, local copies.
-  Topology sc{1, 1, LOADPLAN_ENGINE_M_TO_N, Layout::RowShards, false, 0};
-  sc.build();
-  sc.decl.receivers[0].rank = 0;
-  sc.decl.world = 1;
-  std::string dir = storeDir(), error;
-  CommPtr comm = connect(0, 1, dir, 5000, error);
-  ASSERT_TRUE(comm) << error;
-  SchedulePtr schedule = sc.decl.make();
-  // RankRun decides its role by rank; drive both roles by hand.
+  OneRank one;
+  ASSERT_TRUE(one.comm) << one.error;
+  Topology &sc = one.sc;
   TestPlan &plan = sc.plans[0];
-  Memory memory(plan);
-  std::vector<loadplan_target_layout_t> layouts = memory.layouts();
-  std::vector<uint8_t> fallback(2);
-  loadplan_fallback_buffer_t fb{"scale", 5, fallback.data(), 2};
-  loadplan_receiver_args_t args{sc.handles[0].get(), layouts.data(),
-                                layouts.size(), 1, &fb, 1};
+  Memory &memory = *one.memory;
+  std::vector<uint8_t> &fallback = one.fallback;
   loadplan_transfer_t *raw = nullptr;
-  ASSERT_TRUE(isOk(loadplan_transfer_create(comm.get(), schedule.get(), &args,
-                                            nullptr, &raw)));
+  ASSERT_TRUE(isOk(loadplan_transfer_create(one.comm.get(), one.schedule.get(),
+                                            &one.args, nullptr, &raw)));
   TransferPtr transfer(raw);
   std::vector<std::vector<uint8_t>> data;
   std::vector<loadplan_held_tensor_t> held;

@@ -107,6 +107,16 @@ struct ScheduleDecl {
   }
 };
 
+/// The status's message, freeing it; "" for success.
+inline std::string take(loadplan_status_t s) {
+  if (!s)
+    return "";
+  std::string m = std::string(loadplan_status_code_name(loadplan_status_code(s))) +
+                  ": " + loadplan_status_message(s);
+  loadplan_status_free(s);
+  return m;
+}
+
 /// Runs body(rank) in `n` forked processes. Each must return "" (success)
 /// and exit within `seconds`; what a rank returns otherwise is reported.
 inline ::testing::AssertionResult
@@ -245,6 +255,21 @@ inline std::vector<HoldingDecl> wholeOf(const std::vector<TensorDecl> &tensors) 
   for (uint32_t t = 0; t < tensors.size(); ++t)
     out.push_back({t, {}});
   return out;
+}
+
+/// A schedule of `engine` in which comm rank `sender` holds every tensor
+/// of `tensors` whole and comm rank `receiver` (the same or another, of
+/// `world`) receives by `plan`, both with staging cap `cap`.
+inline ScheduleDecl wholeToOne(const std::vector<TensorDecl> &tensors, uint32_t engine,
+                               int sender, int receiver, int world, uint64_t cap,
+                               bool atomic, const loadplan_plan_t *plan) {
+  ScheduleDecl decl;
+  decl.engine = engine;
+  decl.world = world;
+  decl.tensors = tensors;
+  decl.senders.push_back({sender, cap, wholeOf(tensors)});
+  decl.receivers.push_back({receiver, cap, atomic, plan});
+  return decl;
 }
 
 inline loadplan_schedule_summary_t summaryOf(const loadplan_schedule_t *s) {

@@ -79,8 +79,9 @@ class Endpoint:
         self.link_probe = bool(link_probe)
         self.colocated = bool(colocated)
         if self.colocated and backend != "gloo":
-            raise ValueError("load plan: colocated transfers read CPU shared memory (backend "
-                             "'gloo'); through CUDA IPC they are not built yet")
+            raise ValueError("load plan: colocated transfers run on the gloo backend, which "
+                             "carries only their tables and agreements: CPU tensors are read "
+                             "in shared memory, CUDA tensors (device=) through CUDA IPC")
         self._num_threads = num_threads or 0
         self._debug_fail_round = debug_fail_round
         self._rv = Rendezvous(rank, world_size, group=group, store=store,
@@ -101,14 +102,17 @@ class Endpoint:
 
     def _device(self, device: Any) -> torch.device:
         if self.backend == "gloo":
-            if device is not None and torch.device(device).type != "cpu":
-                raise ValueError("load plan: the gloo backend moves CPU tensors")
-            return torch.device("cpu")
+            if device is None or torch.device(device).type == "cpu":
+                return torch.device("cpu")
+            if not self.colocated:
+                raise ValueError("load plan: the gloo backend moves CPU tensors (colocated "
+                                 "transfers read CUDA tensors too)")
         if device is None:
             device = torch.cuda.current_device()
         device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
         if device.type != "cuda" or device.index is None:
-            raise ValueError(f"load plan: nccl needs a CUDA device with an index, got {device}")
+            raise ValueError(f"load plan: {self.backend} needs a CUDA device with an index, "
+                             f"got {device}")
         return device
 
     def _connect(self) -> None:
@@ -146,7 +150,8 @@ class Endpoint:
         self._connect()
         self._transfer = _native.Transfer(
             self._comm, self.schedule.native, plan, layouts or [], fallbacks or [],
-            self._num_threads, self._debug_fail_round, self.link_probe, self.colocated)
+            self._num_threads, self._debug_fail_round, self.link_probe, self.colocated,
+            self.device.index if self.colocated and self.device.type == "cuda" else -1)
 
     def _update(self, held: list) -> TransferStats:
         if self._transfer is None:
@@ -249,10 +254,12 @@ class Sender(Endpoint):
             (see transfer/quantize.py); the scales are not given.
         quantize_block: the blocks' shape, (rows, columns).
         colocated: every rank is on this machine, and receivers read what
-            this rank holds where it lies, in shared memory, instead of
-            receiving it: ``send``'s tensors must be in shared memory
-            (``share_memory(tensors)`` once, or torch's ``share_memory_()``;
-            see docs/transfers.md). Every rank gives the same.
+            this rank holds where it lies instead of receiving it: CPU
+            tensors in shared memory (``share_memory(tensors)`` once, or
+            torch's ``share_memory_()``), CUDA tensors (``device=`` a CUDA
+            device, on the gloo backend) through CUDA IPC, from their
+            ``cudaMalloc`` allocations (see docs/transfers.md). Every rank
+            gives the same.
 
     Raises:
         TransferError: on every rank, when a rank cannot set up (the message
@@ -367,7 +374,7 @@ class Sender(Endpoint):
                 self._batch.read(tensors, *device)
             else:
                 self._batch.read_pairs(tensors, *device)
-            if share and self.colocated:
+            if share and self.colocated and not cuda:  # CUDA memory: through IPC
                 moved = self._batch.unshared()
                 for t in moved:
                     t.share_memory_()

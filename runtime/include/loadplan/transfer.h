@@ -385,6 +385,15 @@ typedef struct loadplan_transfer_options_t {
    * each sender's table of where its tensors lie (again only when it
    * changed). The link probe then times a memcpy of the bytes. */
   uint32_t colocated;
+  /* Colocated only: -1 (the default) for CPU memory; otherwise the CUDA
+   * device whose memory this rank's tensors (held, live and staging) are
+   * in. Senders' tensors are then read through CUDA IPC
+   * (cudaIpcOpenMemHandle, with peer access where the receiver's device
+   * is another) and copied by the CUDA executor on that device; the
+   * communicator, which carries only tables and agreements, is Gloo's
+   * (NCCL refuses two ranks on one GPU, as colocated ranks often are).
+   * loadplan_transfer_update then takes the caller's CUDA stream. */
+  int32_t colocated_device;
 } loadplan_transfer_options_t;
 
 LOADPLAN_API void loadplan_transfer_options_init(loadplan_transfer_options_t *options);

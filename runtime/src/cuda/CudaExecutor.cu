@@ -271,10 +271,7 @@ int32_t loadplan::cudaDeviceCount() {
   return count;
 }
 
-std::unique_ptr<Executor>
-loadplan::makeCudaExecutor(const Plan &plan,
-                           const std::vector<uint8_t *> &bases,
-                           int32_t device) {
+void loadplan::checkCudaDevice(int32_t device) {
   int32_t count = cudaDeviceCount();
   if (count == 0)
     fail(LOADPLAN_STATUS_UNAVAILABLE,
@@ -282,6 +279,13 @@ loadplan::makeCudaExecutor(const Plan &plan,
   if (device < 0 || device >= count)
     fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "CUDA device ", device,
          " does not exist (there are ", count, ")");
+}
+
+std::unique_ptr<Executor>
+loadplan::makeCudaExecutor(const Plan &plan,
+                           const std::vector<uint8_t *> &bases,
+                           int32_t device) {
+  checkCudaDevice(device);
   auto executor = std::make_unique<CudaExecutor>(device);
   executor->init(plan, bases);
   return executor;

@@ -18,6 +18,10 @@ namespace loadplan {
 /// The number of CUDA devices; 0 when the driver reports none or fails.
 int32_t cudaDeviceCount();
 
+/// Fails UNAVAILABLE without a GPU, INVALID_ARGUMENT for a device that
+/// does not exist.
+void checkCudaDevice(int32_t device);
+
 /// An executor for targets in the memory of CUDA device `device`; checks
 /// that every storage the plan writes is memory of that device.
 std::unique_ptr<Executor> makeCudaExecutor(const Plan &plan,

@@ -2,6 +2,7 @@
 
 #include "Engine.h"
 #include "../Status.h"
+#include "Colocation.h"
 #include "SharedMemory.h"
 #include "../host/HostExecutor.h"
 #include "loadplan/format/ByteIO.h"
@@ -77,21 +78,46 @@ std::string describeEntry(const void *context, uint32_t entry, uint32_t) {
   return concat("a piece of ", quote(plan.entries[entry].name));
 }
 
-/// Staging memory of the transport's device, released with it.
+/// Staging memory of the data's device, released with it.
 struct Staging {
-  Transport *transport = nullptr;
+  DataMemory *memory = nullptr;
   uint8_t *data = nullptr;
-  void allocate(Transport &t, uint64_t bytes) {
-    transport = &t;
-    data = static_cast<uint8_t *>(t.allocate(bytes));
+  void allocate(DataMemory &m, uint64_t bytes) {
+    memory = &m;
+    data = static_cast<uint8_t *>(m.allocate(bytes));
   }
   ~Staging() {
     if (data)
-      transport->release(data);
+      memory->release(data);
   }
 };
 
+/// DataMemory of a transport's own device.
+class TransportMemory final : public DataMemory {
+public:
+  explicit TransportMemory(Transport &t) : t(t) {}
+  loadplan_device_t device() const override { return t.device(); }
+  void *allocate(size_t bytes) override { return t.allocate(bytes); }
+  void release(void *p) override { t.release(p); }
+  void copy(void *dst, const void *src, size_t bytes, void *stream) override {
+    t.copy(dst, src, bytes, stream);
+  }
+  void fill(void *dst, int value, size_t bytes) override {
+    if (t.device().type != LOADPLAN_DEVICE_CPU)
+      fail(LOADPLAN_STATUS_INTERNAL, "filling device memory of a transport");
+    std::memset(dst, value, bytes);
+  }
+  void synchronize(void *stream) override { t.synchronize(stream); }
+
+private:
+  Transport &t;
+};
+
 } // namespace
+
+std::unique_ptr<DataMemory> loadplan::transfer::transportMemory(Transport &transport) {
+  return std::make_unique<TransportMemory>(transport);
+}
 
 struct Engine::Sends {
   std::unordered_map<std::string_view, uint32_t> holdingByName;
@@ -124,7 +150,7 @@ struct Engine::Probe {
 struct Engine::Colocated {
   /// A sender's: where its holdings lie, and the generation of that table
   /// each receiver has (0: none, or unsure after a failed update).
-  SharedExporter exporter;
+  std::unique_ptr<Exporter> exporter;
   uint64_t generation = 0, acked = 0;
   /// Comm ranks of the receivers this sender has pieces for (not itself).
   std::vector<uint32_t> receivers;
@@ -132,7 +158,7 @@ struct Engine::Colocated {
   /// sender index its mapper, the table's generation it holds and where
   /// each holding lies here.
   std::vector<uint32_t> senders;
-  std::vector<SharedMapper> mappers;
+  std::vector<std::unique_ptr<Mapper>> mappers;
   std::vector<uint64_t> generations;
   std::vector<std::vector<const uint8_t *>> places;
   std::vector<std::vector<uint64_t>> holdingBytes;
@@ -182,7 +208,8 @@ Engine::Engine(loadplan_comm_t &comm, const Schedule &schedule,
 }
 
 void Engine::checkHosts() {
-  HostIdentity mine = hostIdentity(co != nullptr);
+  HostIdentity mine = hostIdentity(
+      !co ? 0 : memory->device().type == LOADPLAN_DEVICE_CPU ? 1 : 2);
   std::vector<HostIdentity> all(size_t(transport.size));
   std::vector<std::string> errors;
   transport.exchange(&mine, sizeof mine, all.data(), kAgreementTag + 4, errors);
@@ -192,11 +219,20 @@ void Engine::checkHosts() {
                                                         : LOADPLAN_STATUS_DEVICE_ERROR,
            "rank ", p, roleOf(p), " could not be reached: ", errors[p]);
   for (uint32_t p = 0; p < all.size(); ++p)
-    if (all[p].colocated != all[0].colocated)
+    if (!all[p].colocated != !all[0].colocated)
       fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "rank ", p, roleOf(p),
            all[p].colocated ? " asks for" : " does not ask for",
            " a colocated transfer but rank 0", roleOf(0),
            all[0].colocated ? " does" : " does not",
+           "; every rank gives the same");
+  auto memoryOf = [](uint32_t kind) {
+    return kind == 2 ? "CUDA memory (colocated_device)" : "CPU memory";
+  };
+  for (uint32_t p = 0; p < all.size(); ++p)
+    if (all[p].colocated != all[0].colocated)
+      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "rank ", p, roleOf(p),
+           " asks for a colocated transfer of ", memoryOf(all[p].colocated),
+           " but rank 0", roleOf(0), " of ", memoryOf(all[0].colocated),
            "; every rank gives the same");
   if (!co)
     return;
@@ -221,9 +257,9 @@ void Engine::setUpProbe() {
   if (co) {
     lp.copyBytes = co->bytesFromOthers + co->bytesFromSelf;
     uint64_t chunk = std::max<uint64_t>(1, std::min(lp.copyBytes, kProbeChunk));
-    lp.send.allocate(transport, chunk);
-    lp.recv.allocate(transport, chunk);
-    std::memset(lp.send.data, 1, chunk);
+    lp.send.allocate(*memory, chunk);
+    lp.recv.allocate(*memory, chunk);
+    memory->fill(lp.send.data, 1, chunk);
     return;
   }
   lp.sendBytes.assign(size_t(transport.size), 0);
@@ -246,8 +282,8 @@ void Engine::setUpProbe() {
     uint64_t in = peer == me ? lp.sendBytes[peer] : lp.recvBytes[peer];
     recvTotal += std::min(in, kProbeChunk);
   }
-  lp.send.allocate(transport, sendChunk);
-  lp.recv.allocate(transport, recvTotal);
+  lp.send.allocate(*memory, sendChunk);
+  lp.recv.allocate(*memory, recvTotal);
 }
 
 void Engine::probe() {
@@ -265,9 +301,9 @@ double Engine::probeCopy() {
   Probe &lp = *linkProbe;
   auto begin = std::chrono::steady_clock::now();
   for (uint64_t at = 0; at < lp.copyBytes; at += kProbeChunk)
-    transport.copy(lp.recv.data, lp.send.data,
-                   std::min(kProbeChunk, lp.copyBytes - at), nullptr);
-  transport.synchronize(nullptr);
+    memory->copy(lp.recv.data, lp.send.data,
+                 std::min(kProbeChunk, lp.copyBytes - at), nullptr);
+  memory->synchronize(nullptr);
   stats.probe_bytes = lp.copyBytes;
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
       .count();
@@ -346,13 +382,45 @@ void Engine::setUp(const loadplan_receiver_args_t *receiver,
     fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "rank ", me,
          " brings receiver arguments but is no receiver of the schedule");
   failRound = options.debug_fail_round;
-  if (options.colocated) {
+  int32_t cudaDevice = options.colocated ? options.colocated_device : -1;
+  if (!options.colocated && options.colocated_device >= 0)
+    fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "colocated_device is ",
+         options.colocated_device, " but the transfer is not colocated");
+  if (options.colocated && cudaDevice < 0 &&
+      transport.device().type != LOADPLAN_DEVICE_CPU)
+    fail(LOADPLAN_STATUS_INVALID_ARGUMENT,
+         "a colocated transfer reads other ranks' memory in place: of CPU "
+         "memory through shared files, of CUDA memory through CUDA IPC "
+         "(colocated_device), each over a Gloo communicator, not NCCL");
+  if (cudaDevice >= 0) {
     if (transport.device().type != LOADPLAN_DEVICE_CPU)
-      fail(LOADPLAN_STATUS_UNAVAILABLE,
-           "colocated transfers read CPU shared memory; on GPUs (CUDA IPC) "
-           "they are not built yet");
+      fail(LOADPLAN_STATUS_INVALID_ARGUMENT,
+           "a colocated transfer of CUDA memory runs its tables and "
+           "agreements over a Gloo communicator, not NCCL (colocated ranks "
+           "often share one GPU, which NCCL refuses)");
+#if LOADPLAN_HAVE_CUDA
+    memory = makeCudaMemory(cudaDevice);
+#else
+    fail(LOADPLAN_STATUS_UNAVAILABLE, "colocated_device is ", cudaDevice,
+         " but this runtime was built without CUDA");
+#endif
+  } else {
+    memory = transportMemory(transport);
+  }
+  if (options.colocated) {
     co = std::make_unique<Colocated>();
-    co->mappers.resize(schedule.senders.size());
+#if LOADPLAN_HAVE_CUDA
+    if (cudaDevice >= 0) {
+      co->exporter = makeCudaIpcExporter(cudaDevice);
+      for (size_t s = 0; s < schedule.senders.size(); ++s)
+        co->mappers.push_back(makeCudaIpcMapper(cudaDevice));
+    }
+#endif
+    if (!co->exporter) {
+      co->exporter = makeSharedExporter();
+      for (size_t s = 0; s < schedule.senders.size(); ++s)
+        co->mappers.push_back(makeSharedMapper());
+    }
     co->generations.assign(schedule.senders.size(), 0);
     co->places.resize(schedule.senders.size());
     co->holdingBytes.resize(schedule.senders.size());
@@ -394,7 +462,7 @@ void Engine::setUp(const loadplan_receiver_args_t *receiver,
 std::unique_ptr<Executor> Engine::makeExecutor(const Plan &plan,
                                                const std::vector<uint8_t *> &bases,
                                                uint32_t threads) {
-  loadplan_device_t device = transport.device();
+  loadplan_device_t device = memory->device();
   if (device.type == LOADPLAN_DEVICE_CPU) {
     if (!threads)
       threads = std::max(1u, std::thread::hardware_concurrency());
@@ -444,7 +512,7 @@ void Engine::setUpSender(uint32_t threads) {
   sends->entrySource.assign(plan.entries.size(), nullptr);
   if (plan.entries.empty())
     return;
-  sends->staging.allocate(transport, x.stagingBytes);
+  sends->staging.allocate(*memory, x.stagingBytes);
   sends->executor = makeExecutor(plan, {sends->staging.data}, threads);
 }
 
@@ -473,7 +541,7 @@ void Engine::setUpReceiver(const loadplan_receiver_args_t &args) {
   // are the runtime's; the engine needs only the storage bases.
   loadplan_bind_options_t bind;
   loadplan_bind_options_init(&bind);
-  bind.device = transport.device();
+  bind.device = memory->device();
   bind.num_threads = 1;
   loadplan_binding_t *binding = nullptr;
   if (loadplan_status_t status = loadplan_bind(args.plan, args.layouts,
@@ -647,7 +715,7 @@ void Engine::setUpReceiver(const loadplan_receiver_args_t &args) {
     stagedAt.push_back(p.recvOffset);
   }
   if (r.stagingBytes && (!co || r.atomic))
-    receives->staging.allocate(transport, r.stagingBytes);
+    receives->staging.allocate(*memory, r.stagingBytes);
   for (uint64_t offset : stagedAt)
     receives->entrySource.push_back(receives->staging.data + offset);
   if (!scatter.entries.empty() && (!co || r.atomic))
@@ -994,7 +1062,7 @@ void Engine::update(const loadplan_held_tensor_t *held, size_t numHeld,
     checkHeld(held, numHeld);
     if (co && sends) {
       const Sender &x = schedule.senders[senderIndex];
-      if (co->exporter.resolve(sends->source, co->holdingBytes[senderIndex],
+      if (co->exporter->resolve(sends->source, co->holdingBytes[senderIndex],
                                [&](size_t h) {
             return concat("held tensor ",
                           quote(schedule.tensors[x.holdings[h].tensor].name));
@@ -1013,7 +1081,7 @@ void Engine::update(const loadplan_held_tensor_t *held, size_t numHeld,
     agree(local, kCommit, sequence);
     if (receives && receives->atomic && receives->executor) {
       scatter(receives->all, stream);
-      transport.synchronize(stream);
+      memory->synchronize(stream);
     }
   } catch (...) {
     ++failedUpdates;
@@ -1021,8 +1089,8 @@ void Engine::update(const loadplan_held_tensor_t *held, size_t numHeld,
       // A sender may be gone, or a receiver lack a table: every receiver
       // unmaps what it mapped, and every sender sends its table again.
       co->acked = 0;
-      for (SharedMapper &m : co->mappers)
-        m.release();
+      for (std::unique_ptr<Mapper> &m : co->mappers)
+        m->release();
       std::fill(co->generations.begin(), co->generations.end(), 0);
       stats.mappings = 0;
     }
@@ -1050,7 +1118,17 @@ void Engine::runColocated(void *stream, std::optional<StatusError> &local) {
     uint32_t follows, pad;
   };
   bool sending = sends && !c.receivers.empty();
-  Header out{c.generation, sending ? c.exporter.tableBytes().size() : 0,
+  if (sending) {
+    // The receivers read the held tensors once they have the header: what
+    // the caller wrote to them on `stream` (an optimizer's step on a GPU)
+    // lands first.
+    try {
+      memory->synchronize(stream);
+    } catch (const StatusError &e) {
+      keep(e);
+    }
+  }
+  Header out{c.generation, sending ? c.exporter->tableBytes().size() : 0,
              sending && c.acked != c.generation, 0};
   std::vector<Header> in(c.senders.size());
   std::vector<Op> ops;
@@ -1079,8 +1157,8 @@ void Engine::runColocated(void *stream, std::optional<StatusError> &local) {
   if (out.follows)
     for (uint32_t peer : c.receivers)
       ops.push_back({true, int(peer),
-                     const_cast<uint8_t *>(c.exporter.tableBytes().data()),
-                     c.exporter.tableBytes().size(), tag + 1});
+                     const_cast<uint8_t *>(c.exporter->tableBytes().data()),
+                     c.exporter->tableBytes().size(), tag + 1});
   for (size_t k = 0; k < c.senders.size(); ++k) {
     if (!in[k].follows)
       continue;
@@ -1104,9 +1182,8 @@ void Engine::runColocated(void *stream, std::optional<StatusError> &local) {
       uint32_t s = c.senders[k];
       std::string who = senderLabel(schedule, s);
       if (in[k].follows) {
-        SharedTable table = SharedTable::parse(tables[k].data(), tables[k].size(),
-                                               c.holdingBytes[s].size(), who);
-        c.mappers[s].map(table, c.holdingBytes[s], who, c.places[s]);
+        c.mappers[s]->map(tables[k].data(), tables[k].size(), c.holdingBytes[s],
+                          who, c.places[s]);
         c.generations[s] = in[k].generation;
       } else if (c.generations[s] != in[k].generation || !in[k].generation) {
         fail(LOADPLAN_STATUS_INTERNAL, who, " sent no table of generation ",
@@ -1130,7 +1207,7 @@ void Engine::runColocated(void *stream, std::optional<StatusError> &local) {
                 c.entrySource.data(), noBoxes.data(), describeEntry, &c.plan};
     c.executor->checkSources(batch);
     c.executor->run(batch, stream);
-    transport.synchronize(stream);
+    memory->synchronize(stream);
     stats.rounds = 1;
     stats.bytes_received = c.bytesFromOthers;
     stats.bytes_local = c.bytesFromSelf;
@@ -1140,8 +1217,8 @@ void Engine::runColocated(void *stream, std::optional<StatusError> &local) {
     keep(e);
   }
   stats.mappings = 0;
-  for (SharedMapper &m : c.mappers)
-    stats.mappings += m.count();
+  for (const std::unique_ptr<Mapper> &m : c.mappers)
+    stats.mappings += m->count();
 }
 
 void Engine::failUpdate(const StatusError &error) {

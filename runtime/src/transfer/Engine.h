@@ -20,6 +20,7 @@
 #include "../Executor.h"
 #include "../Status.h"
 #include "Schedule.h"
+#include "Colocation.h"
 #include "Transport.h"
 
 #include <memory>
@@ -53,6 +54,9 @@ public:
   [[noreturn]] void failUpdate(const StatusError &error);
 
   loadplan_transfer_stats_t stats{};
+  /// Where the data lives: the transport's device, or for a colocated
+  /// transfer of CUDA memory, that device.
+  loadplan_device_t dataDevice() const { return memory->device(); }
 
 private:
   struct Sends;
@@ -108,6 +112,8 @@ private:
   int32_t failRound = -1;
   /// Updates that failed; with stats.updates, the step all ranks agree on.
   uint64_t failedUpdates = 0;
+  /// Before the parts whose staging it holds, so it outlives them.
+  std::unique_ptr<DataMemory> memory;
   std::unique_ptr<Sends> sends;
   std::unique_ptr<Receives> receives;
   std::unique_ptr<Probe> linkProbe;

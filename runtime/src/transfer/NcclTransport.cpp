@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Colocation.h"
 #include "Transport.h"
 #include "../Status.h"
 #include "../cuda/CudaCheck.h"
@@ -202,6 +203,7 @@ public:
     if (device < 0 || device >= deviceCount())
       fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "nccl: CUDA device ", device,
            " of ", deviceCount());
+    memory = makeCudaMemory(device);
     DeviceGuard guard(device);
     ncclUniqueId unique;
     std::memcpy(unique.internal, id, sizeof unique.internal);
@@ -320,31 +322,12 @@ public:
            a.device, " but the communicator is on device ", deviceIndex);
   }
 
-  void *allocate(size_t bytes) override {
-    DeviceGuard guard(deviceIndex);
-    void *p = nullptr;
-    checkCuda(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc");
-    return p;
-  }
-  void release(void *p) override {
-    int current = -1;
-    cudaGetDevice(&current);
-    cudaSetDevice(deviceIndex);
-    cudaFree(p);
-    if (current >= 0)
-      cudaSetDevice(current);
-  }
+  void *allocate(size_t bytes) override { return memory->allocate(bytes); }
+  void release(void *p) override { memory->release(p); }
   void copy(void *dst, const void *src, size_t bytes, void *stream) override {
-    DeviceGuard guard(deviceIndex);
-    checkCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
-                              static_cast<cudaStream_t>(stream)),
-              "cudaMemcpyAsync");
+    memory->copy(dst, src, bytes, stream);
   }
-  void synchronize(void *stream) override {
-    DeviceGuard guard(deviceIndex);
-    checkCuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)),
-              "cudaStreamSynchronize");
-  }
+  void synchronize(void *stream) override { memory->synchronize(stream); }
 
 private:
   void check(ncclResult_t result, const char *what) {
@@ -435,6 +418,8 @@ private:
 
   const Nccl &nccl;
   int deviceIndex;
+  /// The device's memory and copies.
+  std::unique_ptr<DataMemory> memory;
   std::chrono::milliseconds timeout;
   ncclComm_t comm = nullptr;
   cudaStream_t side = nullptr;

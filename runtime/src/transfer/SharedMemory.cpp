@@ -27,12 +27,10 @@ using namespace loadplan::transfer;
 
 namespace {
 
-constexpr uint32_t kMagic = 0x4853504cu; // "LPSH"
-constexpr uint32_t kNoRegion = 0xffffffffu;
-constexpr size_t kHeader = 16, kRegion = 32, kPlace = 16;
+using namespace loadplan::transfer::table;
 
-/// Where an empty tensor's bytes are: nowhere, but not NULL.
-const uint8_t kEmpty[1] = {0};
+constexpr uint32_t kMagic = 0x4853504cu; // "LPSH"
+constexpr size_t kHeader = 16, kRegion = 32, kPlace = kPlaceBytes;
 
 /// A shared file mapping of this process (/proc/self/maps).
 struct MapLine {
@@ -98,19 +96,65 @@ Where locate(const std::vector<MapLine> &maps, const uint8_t *data, uint64_t byt
   return Where::Inside;
 }
 
-template <typename T> void put(std::vector<uint8_t> &out, T v) {
-  size_t at = out.size();
-  out.resize(at + sizeof v);
-  std::memcpy(out.data() + at, &v, sizeof v);
-}
-template <typename T> T get(const uint8_t *&p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  p += sizeof v;
-  return v;
-}
+/// Where an empty tensor's bytes are: nowhere, but not NULL.
+const uint8_t kEmpty[1] = {0};
 
 } // namespace
+
+void table::putHeader(std::vector<uint8_t> &out, uint32_t magic, uint32_t pid,
+                      size_t regions, size_t regionBytes, size_t places) {
+  out.reserve(16 + regions * regionBytes + places * kPlaceBytes);
+  put<uint32_t>(out, magic);
+  put<uint32_t>(out, pid);
+  put<uint32_t>(out, uint32_t(regions));
+  put<uint32_t>(out, uint32_t(places));
+}
+
+void table::putPlaces(std::vector<uint8_t> &out, const std::vector<Place> &places) {
+  for (const Place &p : places) {
+    put<uint32_t>(out, p.region);
+    put<uint32_t>(out, 0);
+    put<uint64_t>(out, p.offset);
+  }
+}
+
+std::vector<table::Place>
+table::getPlaces(const uint8_t *&p, size_t count, uint32_t regions,
+                 const std::function<void(const std::string &)> &bad) {
+  std::vector<Place> places(count);
+  for (Place &pl : places) {
+    pl.region = get<uint32_t>(p);
+    p += 4;
+    pl.offset = get<uint64_t>(p);
+    if (pl.region != kNoRegion && pl.region >= regions)
+      bad(concat("a place names region ", pl.region, " of ", regions));
+  }
+  return places;
+}
+
+void table::placeHoldings(const std::vector<Place> &places,
+                          const std::vector<const uint8_t *> &base,
+                          const std::vector<uint64_t> &size,
+                          const std::vector<uint64_t> &bytes,
+                          const std::string &table, const char *unit,
+                          std::vector<const uint8_t *> &out) {
+  out.assign(places.size(), nullptr);
+  for (size_t i = 0; i < places.size(); ++i) {
+    const Place &p = places[i];
+    if (p.region == kNoRegion) {
+      if (bytes[i])
+        fail(LOADPLAN_STATUS_INVALID_ARGUMENT, table, " places holding ", i,
+             " (", bytes[i], " bytes) nowhere");
+      out[i] = kEmpty;
+      continue;
+    }
+    if (p.offset > size[p.region] || bytes[i] > size[p.region] - p.offset)
+      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, table, " places holding ", i, " (",
+           bytes[i], " bytes) at ", p.offset, " of ", unit, " of ",
+           size[p.region], " bytes");
+    out[i] = base[p.region] + p.offset;
+  }
+}
 
 std::vector<bool> loadplan::transfer::inSharedMemory(const std::vector<const uint8_t *> &data,
                                                     const std::vector<uint64_t> &bytes) {
@@ -123,7 +167,7 @@ std::vector<bool> loadplan::transfer::inSharedMemory(const std::vector<const uin
   return out;
 }
 
-HostIdentity loadplan::transfer::hostIdentity(bool colocated) {
+HostIdentity loadplan::transfer::hostIdentity(uint32_t colocated) {
   HostIdentity id;
   std::ifstream boot("/proc/sys/kernel/random/boot_id");
   std::string text;
@@ -133,17 +177,13 @@ HostIdentity loadplan::transfer::hostIdentity(bool colocated) {
   if (::stat("/proc/self/ns/pid", &st) == 0)
     id.pidNamespace = uint64_t(st.st_ino);
   id.pid = uint32_t(::getpid());
-  id.colocated = colocated ? 1 : 0;
+  id.colocated = colocated;
   return id;
 }
 
 std::vector<uint8_t> SharedTable::bytes() const {
   std::vector<uint8_t> out;
-  out.reserve(kHeader + regions.size() * kRegion + places.size() * kPlace);
-  put<uint32_t>(out, kMagic);
-  put<uint32_t>(out, pid);
-  put<uint32_t>(out, uint32_t(regions.size()));
-  put<uint32_t>(out, uint32_t(places.size()));
+  putHeader(out, kMagic, pid, regions.size(), kRegion, places.size());
   for (const Region &r : regions) {
     put<int32_t>(out, r.fd);
     put<uint32_t>(out, 0);
@@ -151,11 +191,7 @@ std::vector<uint8_t> SharedTable::bytes() const {
     put<uint64_t>(out, r.ino);
     put<uint64_t>(out, r.size);
   }
-  for (const Place &p : places) {
-    put<uint32_t>(out, p.region);
-    put<uint32_t>(out, 0);
-    put<uint64_t>(out, p.offset);
-  }
+  putPlaces(out, places);
   return out;
 }
 
@@ -185,14 +221,7 @@ SharedTable SharedTable::parse(const uint8_t *data, size_t size,
     r.ino = get<uint64_t>(p);
     r.size = get<uint64_t>(p);
   }
-  t.places.resize(places);
-  for (Place &pl : t.places) {
-    pl.region = get<uint32_t>(p);
-    p += 4;
-    pl.offset = get<uint64_t>(p);
-    if (pl.region != kNoRegion && pl.region >= regions)
-      bad(concat("a place names region ", pl.region, " of ", regions));
-  }
+  t.places = getPlaces(p, places, regions, bad);
   return t;
 }
 
@@ -363,6 +392,20 @@ SharedMapper::SharedMapper(SharedMapper &&other) noexcept
 
 SharedMapper::~SharedMapper() { release(); }
 
+void SharedMapper::map(const uint8_t *table, size_t size,
+                       const std::vector<uint64_t> &bytes, const std::string &who,
+                       std::vector<const uint8_t *> &out) {
+  map(SharedTable::parse(table, size, bytes.size(), who), bytes, who, out);
+}
+
+std::unique_ptr<Exporter> loadplan::transfer::makeSharedExporter() {
+  return std::make_unique<SharedExporter>();
+}
+
+std::unique_ptr<Mapper> loadplan::transfer::makeSharedMapper() {
+  return std::make_unique<SharedMapper>();
+}
+
 void SharedMapper::release() {
   for (auto &[key, m] : maps)
     if (m.data)
@@ -372,72 +415,53 @@ void SharedMapper::release() {
 
 void SharedMapper::map(const SharedTable &table, const std::vector<uint64_t> &bytes,
                        const std::string &who, std::vector<const uint8_t *> &out) {
-  std::map<Key, Mapping> next;
-  std::vector<const uint8_t *> base(table.regions.size(), nullptr);
-  std::vector<uint64_t> size(table.regions.size(), 0);
-  try {
-    for (size_t k = 0; k < table.regions.size(); ++k) {
-      const SharedTable::Region &r = table.regions[k];
-      Key key{table.pid, r.fd, r.dev, r.ino, r.size};
-      auto have = maps.find(key);
-      if (have != maps.end()) {
-        next.emplace(key, have->second);
-        maps.erase(have);
-      } else if (!next.count(key)) {
-        std::string path = concat("/proc/", table.pid, "/fd/", r.fd);
-        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-          fail(LOADPLAN_STATUS_IO_ERROR, "cannot open the shared memory of ",
-               who, " (", path, "): ", std::strerror(errno),
-               "; colocated ranks must run on one machine, as one user");
-        struct stat st;
-        if (::fstat(fd, &st) != 0 || uint64_t(st.st_dev) != r.dev ||
-            uint64_t(st.st_ino) != r.ino || uint64_t(st.st_size) < r.size) {
-          ::close(fd);
-          fail(LOADPLAN_STATUS_IO_ERROR, path, " is not the shared file ", who,
-               " names (device, inode or size differ): the sender changed its "
-               "buffers meanwhile, or the ranks are not in one PID namespace");
-        }
-        Mapping m;
-        m.size = r.size;
-        if (r.size) {
-          m.data = ::mmap(nullptr, r.size, PROT_READ, MAP_SHARED, fd, 0);
-          if (m.data == MAP_FAILED) {
-            int error = errno;
-            ::close(fd);
-            fail(LOADPLAN_STATUS_IO_ERROR, "cannot map the shared memory of ",
-                 who, " (", path, ", ", r.size, " bytes): ", std::strerror(error));
-          }
-        }
+  auto open = [&](size_t k) {
+    const SharedTable::Region &r = table.regions[k];
+    std::string path = concat("/proc/", table.pid, "/fd/", r.fd);
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      fail(LOADPLAN_STATUS_IO_ERROR, "cannot open the shared memory of ", who,
+           " (", path, "): ", std::strerror(errno),
+           "; colocated ranks must run on one machine, as one user");
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || uint64_t(st.st_dev) != r.dev ||
+        uint64_t(st.st_ino) != r.ino || uint64_t(st.st_size) < r.size) {
+      ::close(fd);
+      fail(LOADPLAN_STATUS_IO_ERROR, path, " is not the shared file ", who,
+           " names (device, inode or size differ): the sender changed its "
+           "buffers meanwhile, or the ranks are not in one PID namespace");
+    }
+    Mapping m;
+    m.size = r.size;
+    if (r.size) {
+      m.data = ::mmap(nullptr, r.size, PROT_READ, MAP_SHARED, fd, 0);
+      if (m.data == MAP_FAILED) {
+        int error = errno;
         ::close(fd);
-        next.emplace(key, m);
+        fail(LOADPLAN_STATUS_IO_ERROR, "cannot map the shared memory of ", who,
+             " (", path, ", ", r.size, " bytes): ", std::strerror(error));
       }
-      const Mapping &m = next.at(key);
-      base[k] = static_cast<const uint8_t *>(m.data);
-      size[k] = m.size;
     }
-  } catch (...) {
-    // Keep what is mapped for the next try; nothing is lost.
-    for (auto &kv : next)
-      maps.insert(kv);
-    throw;
+    ::close(fd);
+    return m;
+  };
+  std::vector<Mapping> mapped = remap(
+      maps, table.regions.size(),
+      [&](size_t k) {
+        const SharedTable::Region &r = table.regions[k];
+        return Key{table.pid, r.fd, r.dev, r.ino, r.size};
+      },
+      open,
+      [](const Mapping &m) {
+        if (m.data)
+          ::munmap(m.data, m.size);
+      });
+  std::vector<const uint8_t *> base;
+  std::vector<uint64_t> size;
+  for (const Mapping &m : mapped) {
+    base.push_back(static_cast<const uint8_t *>(m.data));
+    size.push_back(m.size);
   }
-  release(); // what the table no longer names
-  maps = std::move(next);
-  out.assign(table.places.size(), nullptr);
-  for (size_t i = 0; i < table.places.size(); ++i) {
-    const SharedTable::Place &p = table.places[i];
-    if (p.region == kNoRegion) {
-      if (bytes[i])
-        fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "the shared-memory table of ",
-             who, " places holding ", i, " (", bytes[i], " bytes) nowhere");
-      out[i] = kEmpty;
-      continue;
-    }
-    if (p.offset > size[p.region] || bytes[i] > size[p.region] - p.offset)
-      fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "the shared-memory table of ",
-           who, " places holding ", i, " (", bytes[i], " bytes) at ", p.offset,
-           " of a file of ", size[p.region], " bytes");
-    out[i] = base[p.region] + p.offset;
-  }
+  placeHoldings(table.places, base, size, bytes,
+                concat("the shared-memory table of ", who), "a file", out);
 }

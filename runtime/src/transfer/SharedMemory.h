@@ -9,13 +9,15 @@
 // maps it read-only and copies from it. Mappings are kept across updates
 // and released when a table no longer names them, or with the receiver.
 //
-// CPU memory only: a CUDA tensor's memory is shared through CUDA IPC,
-// which this does not do.
+// CPU memory only: a CUDA tensor's memory is shared through CUDA IPC
+// (CudaIpc.cpp), behind the same interfaces (Colocation.h).
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef LOADPLAN_RUNTIME_TRANSFER_SHAREDMEMORY_H
 #define LOADPLAN_RUNTIME_TRANSFER_SHAREDMEMORY_H
+
+#include "Colocation.h"
 
 #include <cstdint>
 #include <functional>
@@ -32,9 +34,10 @@ struct HostIdentity {
   char bootId[40] = {};
   uint64_t pidNamespace = 0;
   uint32_t pid = 0;
+  /// 0: not colocated; 1: CPU shared memory; 2: CUDA memory (IPC).
   uint32_t colocated = 0;
 };
-HostIdentity hostIdentity(bool colocated);
+HostIdentity hostIdentity(uint32_t colocated);
 
 /// A sender's table: where each of its holdings lies (serialized as bytes
 /// for its receivers; see SharedMemory.cpp for the layout).
@@ -43,10 +46,7 @@ struct SharedTable {
     int32_t fd = -1;
     uint64_t dev = 0, ino = 0, size = 0;
   };
-  struct Place {
-    uint32_t region = 0;
-    uint64_t offset = 0;
-  };
+  using Place = table::Place;
   uint32_t pid = 0;
   std::vector<Region> regions;
   std::vector<Place> places;
@@ -65,19 +65,19 @@ std::vector<bool> inSharedMemory(const std::vector<const uint8_t *> &data,
                                  const std::vector<uint64_t> &bytes);
 
 /// The sender's side: finds the shared mappings of its tensors.
-class SharedExporter {
+class SharedExporter final : public Exporter {
 public:
-  ~SharedExporter();
+  ~SharedExporter() override;
 
   /// The table for `data[i]` (of `bytes[i]` bytes) each; throws
   /// INVALID_UPDATE naming `what(i)` for memory that is not in a shared
   /// file mapping. Returns whether the table differs from the last one.
   bool resolve(const std::vector<const uint8_t *> &data,
                const std::vector<uint64_t> &bytes,
-               const std::function<std::string(size_t)> &what);
+               const std::function<std::string(size_t)> &what) override;
 
   const SharedTable &table() const { return current; }
-  const std::vector<uint8_t> &tableBytes() const { return currentBytes; }
+  const std::vector<uint8_t> &tableBytes() const override { return currentBytes; }
 
 private:
   SharedTable current;
@@ -94,13 +94,13 @@ private:
 };
 
 /// The receiver's side: one sender's mappings.
-class SharedMapper {
+class SharedMapper final : public Mapper {
 public:
   SharedMapper() = default;
   SharedMapper(const SharedMapper &) = delete;
   SharedMapper &operator=(const SharedMapper &) = delete;
   SharedMapper(SharedMapper &&other) noexcept;
-  ~SharedMapper();
+  ~SharedMapper() override;
 
   /// Maps what `table` names (keeping mappings it named before), unmaps
   /// the rest, and returns per place its address here; throws naming
@@ -108,9 +108,12 @@ public:
   /// place of `bytes[i]` bytes lies past its file's end.
   void map(const SharedTable &table, const std::vector<uint64_t> &bytes,
            const std::string &who, std::vector<const uint8_t *> &out);
+  /// The same, from the table's bytes (SharedTable::parse).
+  void map(const uint8_t *table, size_t size, const std::vector<uint64_t> &bytes,
+           const std::string &who, std::vector<const uint8_t *> &out) override;
   /// Unmaps everything.
-  void release();
-  size_t count() const { return maps.size(); }
+  void release() override;
+  size_t count() const override { return maps.size(); }
 
 private:
   struct Mapping {

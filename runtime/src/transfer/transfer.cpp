@@ -265,8 +265,11 @@ const char *loadplan_backend_name(uint32_t backend) {
 //===----------------------------------------------------------------------===//
 
 void loadplan_transfer_options_init(loadplan_transfer_options_t *options) {
-  if (options)
-    *options = loadplan_transfer_options_t{0, -1};
+  if (options) {
+    *options = loadplan_transfer_options_t{};
+    options->debug_fail_round = -1;
+    options->colocated_device = -1;
+  }
 }
 
 loadplan_status_t loadplan_transfer_create(loadplan_comm_t *comm,
@@ -315,8 +318,8 @@ loadplan_status_t loadplan_transfer_update(loadplan_transfer_t *transfer,
                                            size_t num_held, void *stream) {
   return guard([&] {
     require(transfer && transfer->engine, "transfer is NULL");
-    if (transfer->comm->transport->device().type == LOADPLAN_DEVICE_CPU)
-      require(!stream, "stream must be NULL for a CPU transport");
+    if (transfer->engine->dataDevice().type == LOADPLAN_DEVICE_CPU)
+      require(!stream, "stream must be NULL for a transfer of CPU memory");
     std::lock_guard<std::mutex> lock(transfer->mutex);
     std::lock_guard<std::mutex> commLock(transfer->comm->mutex);
     transfer->engine->update(held, num_held, stream);
