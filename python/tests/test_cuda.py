@@ -119,3 +119,90 @@ def test_without_the_compiler_planning_says_why(plan_dir):
     printed = json.loads(plan.json)
     assert printed["fingerprint"] == plan.fingerprint
     assert printed["stats"]["names"] == len(metas) == len(printed["entries"])
+
+
+IPC_SEEDS = (41, 42, 43)  # the last after the trainer moved a tensor to a new buffer
+
+
+def _colocated_rank(rank: int, out: str, port: int, plan_dir: str, atomic: bool,
+                    device: str) -> None:
+    """One rank of the colocated tests below: rank 0 the trainer (every
+    tensor whole), rank 1 the engine (llama-tp2-rank1), both on ``device``
+    (``cuda``: GPU 0, read through CUDA IPC; ``cpu``: shared memory).
+    Writes what it saw to ``out``/rank<r>.json."""
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.set_device(0)
+    common = dict(rank=rank, world_size=2, num_senders=1, engine="m_to_n", backend="gloo",
+                  device="cuda:0" if cuda else None, init_method=f"tcp://127.0.0.1:{port}",
+                  timeout=60.0, colocated=True)
+    example, kw = PLANS["llama-tp2-rank1"]
+    result: dict = {"updates": []}
+    if rank == 0:
+        _, metas = example.make(**kw)
+        held = {n: t.to(device) for n, t in loadplan.random_weights(metas, seed=IPC_SEEDS[0])}
+        sender = loadplan.Sender(metas, **common)
+        for seed in IPC_SEEDS:
+            if seed == IPC_SEEDS[-1]:  # a reallocated buffer
+                name = next(iter(held))
+                held[name] = held[name].clone()
+            with torch.no_grad():
+                for n, t in loadplan.random_weights(metas, seed=seed):
+                    held[n].copy_(t)
+            # CPU tensors move into shared memory (once); CUDA ones stay.
+            sender.send(held, share=True)
+            result["updates"].append(sender.stats.bytes_sent)
+        sender.close()
+    else:
+        model, metas = started("llama-tp2-rank1", device)
+        plan = loadplan.plan_or_load(model, metas, Path(plan_dir) / "llama-tp2-rank1.plan")
+        receiver = loadplan.Receiver(model, plan, atomic=atomic, **common)
+        for seed in IPC_SEEDS:
+            receiver.receive()
+            want, _ = started("llama-tp2-rank1", device)
+            with torch.no_grad():
+                want.load_weights([(n, t.to(device)) for n, t in
+                                   loadplan.random_weights(metas, seed=seed)])
+            if cuda:
+                torch.cuda.synchronize()
+            # Copies: the live tensors stay where the plan writes them.
+            got = {n: t.detach().cpu() for n, t in model.state_dict().items()}
+            differ = [n for n, t in want.state_dict().items()
+                      if not t.detach().cpu().view(-1).view(torch.uint8).equal(
+                          got[n].view(-1).view(torch.uint8))]
+            result["updates"].append({"differ": differ,
+                                      "mappings": receiver.stats.mappings})
+        receiver.close()
+    (Path(out) / f"rank{rank}.json").write_text(json.dumps(result))
+
+
+def _colocated(device: str, atomic: bool, plan_dir: Path, tmp_path: Path) -> None:
+    from loadplan.transfer import free_port
+    from test_transfer import launch_ranks
+
+    port = free_port()
+    code = (f"import test_cuda as t; t._colocated_rank({{rank}}, {str(tmp_path)!r}, {port}, "
+            f"{str(plan_dir)!r}, {atomic}, {device!r})")
+    trainer, engine = launch_ranks(2, code, tmp_path, f"colocated on {device}")
+    assert trainer["updates"] == [0, 0, 0], "the trainer sent bytes"
+    for update in engine["updates"]:
+        assert update["differ"] == [], update
+        assert update["mappings"] > 0
+
+
+@needs_cuda
+@pytest.mark.parametrize("atomic", [False, True])
+def test_colocated_through_cuda_ipc(atomic, plan_dir, tmp_path):
+    """A trainer process and an engine process sharing GPU 0, colocated: the
+    engine reads the trainer's CUDA tensors through CUDA IPC, straight into
+    its live tensors (atomic: through device staging), over three updates
+    whose last follows a tensor moved to a new buffer; after each the engine
+    equals a second copy given the same weights by load_weights."""
+    _colocated("cuda", atomic, plan_dir, tmp_path)
+
+
+@needs_compiler
+def test_colocated_the_same_on_the_cpu(plan_dir, tmp_path):
+    """The same two processes with CPU tensors in shared memory, where the
+    compiler is: the harness of the CUDA test above, checked here."""
+    _colocated("cpu", True, plan_dir, tmp_path)
