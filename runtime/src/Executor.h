@@ -30,6 +30,10 @@ struct Batch {
   /// Says which input (e.g. "tensor 3 ('x')") a source slot came from.
   std::string (*describe)(const void *context, uint32_t entry, uint32_t box);
   const void *describeContext;
+  /// Sources may be memory of another device that the executor's can
+  /// reach by peer access (a colocated transfer's CUDA IPC mappings,
+  /// opened with peer access enabled); otherwise such memory is refused.
+  bool peerSources = false;
 };
 
 /// What an executor has put on a device's streams so far.

@@ -204,9 +204,16 @@ private:
     };
     switch (a.type) {
     case cudaMemoryTypeDevice:
-      if (a.device != device)
-        fail(LOADPLAN_STATUS_INVALID_UPDATE, what(), " is on CUDA device ",
-             a.device, " but the plan is bound to device ", device);
+      if (a.device != device) {
+        int peer = 0;
+        if (!batch.peerSources ||
+            cudaDeviceCanAccessPeer(&peer, device, a.device) != cudaSuccess || !peer) {
+          cudaGetLastError();
+          fail(LOADPLAN_STATUS_INVALID_UPDATE, what(), " is on CUDA device ",
+               a.device, " but the plan is bound to device ", device,
+               batch.peerSources ? ", which has no peer access to it" : "");
+        }
+      }
       [[fallthrough]];
     case cudaMemoryTypeManaged:
       memory = Memory::Device;

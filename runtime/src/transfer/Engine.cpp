@@ -1205,6 +1205,7 @@ void Engine::runColocated(void *stream, std::optional<StatusError> &local) {
     std::vector<const uint8_t *> noBoxes(c.plan.numBoxes, nullptr);
     Batch batch{SourceForm::Tensor, c.all.data(), c.all.size(),
                 c.entrySource.data(), noBoxes.data(), describeEntry, &c.plan};
+    batch.peerSources = true; // CUDA IPC mappings of another GPU of the node
     c.executor->checkSources(batch);
     c.executor->run(batch, stream);
     memory->synchronize(stream);
