@@ -11,7 +11,10 @@
 // both ranks before any byte moves.
 //
 // CUDA is not initialized in the test process before it forks: the GPU
-// count comes from a child of its own.
+// count comes from a child of its own. So these tests run in a process of
+// their own (ctest runs each test alone; bench/gpu_transfer.sh filters
+// CudaColocated.*), not after other CUDA tests of the same process, whose
+// CUDA state a forked child cannot use.
 //
 //===----------------------------------------------------------------------===//
 
