@@ -47,7 +47,7 @@ namespace {
 
 constexpr uint32_t kMagic = 0x4943504cu; // "LPCI"
 constexpr size_t kHandle = sizeof(cudaIpcMemHandle_t);
-constexpr size_t kHeader = 16, kRegion = kHandle + 16, kPlace = kPlaceBytes;
+constexpr size_t kRegion = kHandle + 16;
 static_assert(kHandle == 64, "CUDA IPC handles are 64 bytes");
 
 using AddressRange = CUresult (*)(CUdeviceptr *, size_t *, CUdeviceptr);
@@ -199,20 +199,9 @@ public:
       fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "the CUDA IPC table of ", who,
            " is not one: ", why);
     };
-    if (size < kHeader)
-      bad(concat(size, " bytes"));
     const uint8_t *p = table;
-    if (get<uint32_t>(p) != kMagic)
-      bad("its magic is wrong (a sender of CPU memory? every rank gives the "
-          "same colocated_device kind)");
-    uint32_t pid = get<uint32_t>(p);
-    uint32_t numRegions = get<uint32_t>(p), numPlaces = get<uint32_t>(p);
-    if (numPlaces != bytes.size())
-      bad(concat(numPlaces, " places for ", bytes.size(), " holdings"));
-    if (size != kHeader + uint64_t(numRegions) * kRegion + uint64_t(numPlaces) * kPlace)
-      bad(concat(size, " bytes for ", numRegions, " regions and ", numPlaces,
-                 " places"));
-    std::vector<Region> regions(numRegions);
+    Header h = getHeader(p, size, kMagic, kRegion, bytes.size(), bad);
+    std::vector<Region> regions(h.regions);
     for (Region &r : regions) {
       std::memcpy(&r.handle, p, kHandle);
       p += kHandle;
@@ -220,11 +209,11 @@ public:
       p += 4;
       r.size = get<uint64_t>(p);
     }
-    std::vector<Place> places = getPlaces(p, numPlaces, numRegions, bad);
+    std::vector<Place> places = getPlaces(p, bytes.size(), h.regions, bad);
 
     DeviceGuard guard(device);
-    std::vector<Opened> mapped = remap(
-        opened, numRegions, [&](size_t k) { return keyOf(pid, regions[k]); },
+    std::vector<Mapped> mapped = remap(
+        opened, h.regions, [&](size_t k) { return keyOf(h.pid, regions[k]); },
         [&](size_t k) {
           const Region &r = regions[k];
           void *ptr = nullptr;
@@ -239,20 +228,11 @@ public:
                  "; colocated ranks must run on one machine, with peer access "
                  "between their GPUs where they differ");
           }
-          return Opened{ptr, r.size};
+          return Mapped{ptr, r.size};
         },
-        [](const Opened &o) {
-          if (o.data)
-            cudaIpcCloseMemHandle(o.data);
-        });
+        close);
     cudaGetLastError();
-    std::vector<const uint8_t *> base;
-    std::vector<uint64_t> sizes;
-    for (const Opened &o : mapped) {
-      base.push_back(static_cast<const uint8_t *>(o.data));
-      sizes.push_back(o.size);
-    }
-    placeHoldings(places, base, sizes, bytes, concat("the CUDA IPC table of ", who),
+    placeHoldings(places, mapped, bytes, concat("the CUDA IPC table of ", who),
                   "an allocation", out);
   }
 
@@ -263,8 +243,7 @@ public:
     cudaGetDevice(&current);
     cudaSetDevice(device);
     for (auto &[key, o] : opened)
-      if (o.data)
-        cudaIpcCloseMemHandle(o.data);
+      close(o);
     cudaGetLastError();
     if (current >= 0)
       cudaSetDevice(current);
@@ -274,10 +253,10 @@ public:
   size_t count() const override { return opened.size(); }
 
 private:
-  struct Opened {
-    void *data = nullptr;
-    uint64_t size = 0;
-  };
+  static void close(const Mapped &o) {
+    if (o.data)
+      cudaIpcCloseMemHandle(o.data);
+  }
   /// The sender's pid, the handle's bytes and the size.
   using Key = std::string;
   static Key keyOf(uint32_t pid, const Region &r) {
@@ -289,7 +268,7 @@ private:
   }
 
   int device;
-  std::map<Key, Opened> opened;
+  std::map<Key, Mapped> opened;
 };
 
 class CudaMemory final : public DataMemory {

@@ -82,7 +82,7 @@ public:
 namespace table {
 
 constexpr uint32_t kNoRegion = 0xffffffffu;
-constexpr size_t kPlaceBytes = 16;
+constexpr size_t kHeaderBytes = 16, kPlaceBytes = 16;
 
 template <typename T> void put(std::vector<uint8_t> &out, T v) {
   size_t at = out.size();
@@ -101,21 +101,37 @@ struct Place {
   uint64_t offset = 0;
 };
 
+/// A buffer a mapper holds: where it is mapped here, and its bytes.
+struct Mapped {
+  void *data = nullptr;
+  uint64_t size = 0;
+};
+
 /// A table's first 16 bytes: u32 magic, u32 pid, u32 regions, u32 places
 /// (`out` reserved for `regionBytes` per region after them).
 void putHeader(std::vector<uint8_t> &out, uint32_t magic, uint32_t pid,
                size_t regions, size_t regionBytes, size_t places);
+struct Header {
+  uint32_t pid = 0, regions = 0;
+};
+/// Reads the header of a table of `size` bytes at `p` (left after it):
+/// `bad(why)` (which throws) unless its magic is `magic`, it has
+/// `numPlaces` places and `size` is the header's, the regions' (of
+/// `regionBytes` each) and the places'.
+Header getHeader(const uint8_t *&p, size_t size, uint32_t magic,
+                 size_t regionBytes, size_t numPlaces,
+                 const std::function<void(const std::string &)> &bad);
 void putPlaces(std::vector<uint8_t> &out, const std::vector<Place> &places);
 /// Reads `count` places; `bad(why)` (which throws) for one naming a region
 /// not below `regions`.
 std::vector<Place> getPlaces(const uint8_t *&p, size_t count, uint32_t regions,
                              const std::function<void(const std::string &)> &bad);
-/// Per holding (of `bytes[i]` bytes), its address: base[region] + offset,
-/// inside the region's `size`; throws INVALID_ARGUMENT naming `table` (as
-/// "the ... table of WHO") and `unit` ("a file") for one that is not.
+/// Per holding (of `bytes[i]` bytes), its address: the region's mapping
+/// plus the offset, inside the mapping; throws INVALID_ARGUMENT naming
+/// `table` (as "the ... table of WHO") and `unit` ("a file") for one that
+/// is not.
 void placeHoldings(const std::vector<Place> &places,
-                   const std::vector<const uint8_t *> &base,
-                   const std::vector<uint64_t> &size,
+                   const std::vector<Mapped> &regions,
                    const std::vector<uint64_t> &bytes, const std::string &table,
                    const char *unit, std::vector<const uint8_t *> &out);
 

@@ -386,18 +386,14 @@ void Engine::setUp(const loadplan_receiver_args_t *receiver,
   if (!options.colocated && options.colocated_device >= 0)
     fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "colocated_device is ",
          options.colocated_device, " but the transfer is not colocated");
-  if (options.colocated && cudaDevice < 0 &&
-      transport.device().type != LOADPLAN_DEVICE_CPU)
+  if (options.colocated && transport.device().type != LOADPLAN_DEVICE_CPU)
     fail(LOADPLAN_STATUS_INVALID_ARGUMENT,
-         "a colocated transfer reads other ranks' memory in place: of CPU "
-         "memory through shared files, of CUDA memory through CUDA IPC "
-         "(colocated_device), each over a Gloo communicator, not NCCL");
+         "a colocated transfer reads other ranks' memory in place (CPU memory "
+         "through shared files, CUDA memory through CUDA IPC with "
+         "colocated_device) and runs its tables and agreements over a Gloo "
+         "communicator, not NCCL (colocated ranks often share one GPU, which "
+         "NCCL refuses)");
   if (cudaDevice >= 0) {
-    if (transport.device().type != LOADPLAN_DEVICE_CPU)
-      fail(LOADPLAN_STATUS_INVALID_ARGUMENT,
-           "a colocated transfer of CUDA memory runs its tables and "
-           "agreements over a Gloo communicator, not NCCL (colocated ranks "
-           "often share one GPU, which NCCL refuses)");
 #if LOADPLAN_HAVE_CUDA
     memory = makeCudaMemory(cudaDevice);
 #else

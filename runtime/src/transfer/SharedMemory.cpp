@@ -30,7 +30,7 @@ namespace {
 using namespace loadplan::transfer::table;
 
 constexpr uint32_t kMagic = 0x4853504cu; // "LPSH"
-constexpr size_t kHeader = 16, kRegion = 32, kPlace = kPlaceBytes;
+constexpr size_t kRegion = 32;
 
 /// A shared file mapping of this process (/proc/self/maps).
 struct MapLine {
@@ -103,11 +103,29 @@ const uint8_t kEmpty[1] = {0};
 
 void table::putHeader(std::vector<uint8_t> &out, uint32_t magic, uint32_t pid,
                       size_t regions, size_t regionBytes, size_t places) {
-  out.reserve(16 + regions * regionBytes + places * kPlaceBytes);
+  out.reserve(kHeaderBytes + regions * regionBytes + places * kPlaceBytes);
   put<uint32_t>(out, magic);
   put<uint32_t>(out, pid);
   put<uint32_t>(out, uint32_t(regions));
   put<uint32_t>(out, uint32_t(places));
+}
+
+table::Header table::getHeader(const uint8_t *&p, size_t size, uint32_t magic,
+                              size_t regionBytes, size_t numPlaces,
+                              const std::function<void(const std::string &)> &bad) {
+  if (size < kHeaderBytes)
+    bad(concat(size, " bytes"));
+  if (get<uint32_t>(p) != magic)
+    bad("its magic is wrong");
+  Header h;
+  h.pid = get<uint32_t>(p);
+  h.regions = get<uint32_t>(p);
+  uint32_t places = get<uint32_t>(p);
+  if (places != numPlaces)
+    bad(concat(places, " places for ", numPlaces, " holdings"));
+  if (size != kHeaderBytes + uint64_t(h.regions) * regionBytes + uint64_t(places) * kPlaceBytes)
+    bad(concat(size, " bytes for ", h.regions, " regions and ", places, " places"));
+  return h;
 }
 
 void table::putPlaces(std::vector<uint8_t> &out, const std::vector<Place> &places) {
@@ -133,8 +151,7 @@ table::getPlaces(const uint8_t *&p, size_t count, uint32_t regions,
 }
 
 void table::placeHoldings(const std::vector<Place> &places,
-                          const std::vector<const uint8_t *> &base,
-                          const std::vector<uint64_t> &size,
+                          const std::vector<Mapped> &regions,
                           const std::vector<uint64_t> &bytes,
                           const std::string &table, const char *unit,
                           std::vector<const uint8_t *> &out) {
@@ -148,11 +165,12 @@ void table::placeHoldings(const std::vector<Place> &places,
       out[i] = kEmpty;
       continue;
     }
-    if (p.offset > size[p.region] || bytes[i] > size[p.region] - p.offset)
+    const Mapped &m = regions[p.region];
+    if (p.offset > m.size || bytes[i] > m.size - p.offset)
       fail(LOADPLAN_STATUS_INVALID_ARGUMENT, table, " places holding ", i, " (",
-           bytes[i], " bytes) at ", p.offset, " of ", unit, " of ",
-           size[p.region], " bytes");
-    out[i] = base[p.region] + p.offset;
+           bytes[i], " bytes) at ", p.offset, " of ", unit, " of ", m.size,
+           " bytes");
+    out[i] = static_cast<const uint8_t *>(m.data) + p.offset;
   }
 }
 
@@ -201,19 +219,11 @@ SharedTable SharedTable::parse(const uint8_t *data, size_t size,
     fail(LOADPLAN_STATUS_INVALID_ARGUMENT, "the shared-memory table of ", who,
          " is not one: ", why);
   };
-  if (size < kHeader)
-    bad(concat(size, " bytes"));
   const uint8_t *p = data;
+  Header h = getHeader(p, size, kMagic, kRegion, numPlaces, bad);
   SharedTable t;
-  if (get<uint32_t>(p) != kMagic)
-    bad("its magic is wrong");
-  t.pid = get<uint32_t>(p);
-  uint32_t regions = get<uint32_t>(p), places = get<uint32_t>(p);
-  if (places != numPlaces)
-    bad(concat(places, " places for ", numPlaces, " holdings"));
-  if (size != kHeader + uint64_t(regions) * kRegion + uint64_t(places) * kPlace)
-    bad(concat(size, " bytes for ", regions, " regions and ", places, " places"));
-  t.regions.resize(regions);
+  t.pid = h.pid;
+  t.regions.resize(h.regions);
   for (Region &r : t.regions) {
     r.fd = get<int32_t>(p);
     p += 4;
@@ -221,7 +231,7 @@ SharedTable SharedTable::parse(const uint8_t *data, size_t size,
     r.ino = get<uint64_t>(p);
     r.size = get<uint64_t>(p);
   }
-  t.places = getPlaces(p, places, regions, bad);
+  t.places = getPlaces(p, numPlaces, h.regions, bad);
   return t;
 }
 
@@ -406,10 +416,16 @@ std::unique_ptr<Mapper> loadplan::transfer::makeSharedMapper() {
   return std::make_unique<SharedMapper>();
 }
 
+namespace {
+void unmap(const table::Mapped &m) {
+  if (m.data)
+    ::munmap(m.data, m.size);
+}
+} // namespace
+
 void SharedMapper::release() {
   for (auto &[key, m] : maps)
-    if (m.data)
-      ::munmap(m.data, m.size);
+    unmap(m);
   maps.clear();
 }
 
@@ -431,7 +447,7 @@ void SharedMapper::map(const SharedTable &table, const std::vector<uint64_t> &by
            " names (device, inode or size differ): the sender changed its "
            "buffers meanwhile, or the ranks are not in one PID namespace");
     }
-    Mapping m;
+    Mapped m;
     m.size = r.size;
     if (r.size) {
       m.data = ::mmap(nullptr, r.size, PROT_READ, MAP_SHARED, fd, 0);
@@ -445,23 +461,13 @@ void SharedMapper::map(const SharedTable &table, const std::vector<uint64_t> &by
     ::close(fd);
     return m;
   };
-  std::vector<Mapping> mapped = remap(
+  std::vector<Mapped> mapped = remap(
       maps, table.regions.size(),
       [&](size_t k) {
         const SharedTable::Region &r = table.regions[k];
         return Key{table.pid, r.fd, r.dev, r.ino, r.size};
       },
-      open,
-      [](const Mapping &m) {
-        if (m.data)
-          ::munmap(m.data, m.size);
-      });
-  std::vector<const uint8_t *> base;
-  std::vector<uint64_t> size;
-  for (const Mapping &m : mapped) {
-    base.push_back(static_cast<const uint8_t *>(m.data));
-    size.push_back(m.size);
-  }
-  placeHoldings(table.places, base, size, bytes,
+      open, unmap);
+  placeHoldings(table.places, mapped, bytes,
                 concat("the shared-memory table of ", who), "a file", out);
 }

@@ -116,13 +116,9 @@ public:
   size_t count() const override { return maps.size(); }
 
 private:
-  struct Mapping {
-    void *data = nullptr;
-    uint64_t size = 0;
-  };
   /// By (pid, fd, dev, ino, size).
   using Key = std::tuple<uint32_t, int32_t, uint64_t, uint64_t, uint64_t>;
-  std::map<Key, Mapping> maps;
+  std::map<Key, table::Mapped> maps;
 };
 
 } // namespace loadplan::transfer
