@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The one GPU run: bench/gpu_check.sh, then bench/gpu_transfer.sh (one shared
-# build), every line of output also in OUT/gpu.txt, their logs in OUT
-# (build.log, tests.log, apply_cuda.log, apply_cuda_py.log, nccl.log: six
-# files in all), ending with the line
+# The one GPU run: bench/gpu_transfer.sh, then bench/gpu_check.sh (one shared
+# build; the transfers first, as their steps are short on one GPU and
+# gpu_check's last step, ctest, may take what time is left), every line of
+# output also in OUT/gpu.txt, their logs in OUT (build.log, tests.log,
+# apply_cuda.log, apply_cuda_py.log, nccl.log: six files in all), ending
+# with the line
 #
 #   gpu: device=NAME apply_vs_d2d=A launches=N moe_time_over_memcpy=B load_weights_over_load_planned=C
 #
@@ -32,13 +34,14 @@ export LOADPLAN_GPU_END=$(($(date +%s) + ${LOADPLAN_GPU_SECONDS:-330} - 10))
 : >"$out/gpu.txt"
 start=$SECONDS
 status=0
-for script in bench/gpu_check.sh bench/gpu_transfer.sh; do
+for script in bench/gpu_transfer.sh bench/gpu_check.sh; do
   echo "=== $script ${mode[*]}" | tee -a "$out/gpu.txt"
   "$script" "${mode[@]}" 2>&1 | tee -a "$out/gpu.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 done
 build="${LOADPLAN_GPU_BUILD_DIR:-build-gpu}"
-cat "$build"/runtime/{configure,build}.log "$build"/py/{configure,build}.log \
+cat "$build"/gloo/{configure,build}.log "$build"/runtime/{configure,build}.log \
+  "$build"/py/{configure,build}.log \
   >"$out/build.log" 2>/dev/null
 
 # key=value of the last line of LOG that has KEY, or "skipped".

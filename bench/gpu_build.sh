@@ -4,9 +4,10 @@
 # for a dry run): configures once and builds, in $LOADPLAN_GPU_BUILD_DIR
 # (default build-gpu),
 #
-#   - the runtime with the CUDA executor and, where nccl.h is found, the
-#     NCCL transport, for the CUDA architectures $LOADPLAN_CUDA_ARCHS
-#     (default "80;90"),
+#   - Gloo, static, from the sources in .gpu/gloo (in <build>/gloo),
+#   - the runtime with the CUDA executor, the Gloo transport and, where
+#     nccl.h is found, the NCCL transport, for the CUDA architectures
+#     $LOADPLAN_CUDA_ARCHS (default "80;90"),
 #   - its tests, with GoogleTest built from .gpu/googletest (the same
 #     sources everywhere, system GoogleTest or not), and bench/apply_cuda,
 #   - loadplan._native without the compiler (LOADPLAN_BUILD_COMPILER=OFF),
@@ -14,7 +15,7 @@
 #     run with PYTHONPATH=<build>/site and read plans made elsewhere.
 #
 # bench/gpu_prepare.sh, run first where the compiler is, fills .gpu/ (the
-# GoogleTest sources and the plans); a device run carries it. The Python is
+# GoogleTest and Gloo sources and the plans); a device run carries it. The Python is
 # bench/gpu_common.sh's; it needs nanobind. A Python module that fails to
 # build is reported and leaves no <build>/site (the Python parts then skip);
 # the runtime, its tests or apply_cuda failing to build is an error. Logs:
@@ -27,8 +28,9 @@ jobs="${LOADPLAN_GPU_JOBS:-$(nproc)}"
 say() { echo "gpu_build: $*"; }
 
 [ -x "$nvcc" ] || { say "no nvcc at $nvcc (set CMAKE_CUDA_COMPILER)" >&2; exit 1; }
-[ -f .gpu/googletest/CMakeLists.txt ] ||
-  { say "no .gpu/googletest: run bench/gpu_prepare.sh where the compiler is" >&2; exit 1; }
+for f in .gpu/googletest/CMakeLists.txt .gpu/gloo/CMakeLists.txt; do
+  [ -f "$f" ] || { say "no $f: run bench/gpu_prepare.sh where the compiler is" >&2; exit 1; }
+done
 
 # nccl.h and libnccl.so.2: the toolkit's or the system's, else those of the
 # nvidia-nccl wheel that torch depends on.
@@ -42,10 +44,17 @@ if wheel=$("$python" -c "import nvidia.nccl as n; print(list(n.__path__)[0])" 2>
     nccl+=(-DLOADPLAN_NCCL_SHARED="$wheel/lib/libnccl.so.2")
 fi
 
+# Gloo from the carried sources, not the system's: the GPU machine has none,
+# and a dry run here builds what it builds.
+source scripts/gloo.sh
+gloo_build .gpu/gloo "$build/gloo" || { say "Gloo did not build" >&2; exit 1; }
+gloo=(-DLOADPLAN_RUNTIME_GLOO=ON -DLOADPLAN_GLOO_INCLUDE_DIR="$PWD/$build/gloo/install/include"
+      -DLOADPLAN_GLOO_LIBRARY="$PWD/$build/gloo/install/lib/libgloo.a")
+
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 cuda=(-DCMAKE_BUILD_TYPE=Release -DLOADPLAN_RUNTIME_CUDA=ON -DLOADPLAN_RUNTIME_NCCL=AUTO
-      -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$archs" "${nccl[@]}")
+      -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$archs" "${nccl[@]}" "${gloo[@]}")
 # configure DIR SOURCE ARGS...: once; its log in DIR/configure.log.
 configure() {
   local dir=$1 source=$2

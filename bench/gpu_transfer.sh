@@ -30,6 +30,8 @@ source "$(dirname "$0")/gpu_common.sh"
 gpu_start gpu_transfer
 
 echo "== colocated transfer tests (CUDA IPC)"
+grep -q "Gloo transport ON" "$bin/configure.log" ||
+  failed "the runtime was built without the Gloo transport (the CUDA IPC tests need it)"
 timeout "$(limit 120)" "$bin/tests/loadplan_runtime_cuda_tests" \
   --gtest_filter='CudaColocated.*' 2>&1 | tee "$logs/nccl.log" || failed "the CUDA IPC tests"
 if grep -q "SKIPPED \] CudaColocated" "$logs/nccl.log"; then
