@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,11 @@ def _colocated_rank(rank: int, out: str, port: int, plan_dir: str, atomic: bool,
             sender.send(held, share=True)
             result["updates"].append(sender.stats.bytes_sent)
         sender.close()
+        # The engine closes its handles before the trainer's memory goes
+        # (freeing CUDA memory another process has open is undefined).
+        deadline = time.monotonic() + 30
+        while not (Path(out) / "released").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
     else:
         model, metas = started("llama-tp2-rank1", device)
         plan = loadplan.plan_or_load(model, metas, Path(plan_dir) / "llama-tp2-rank1.plan")
@@ -170,6 +176,7 @@ def _colocated_rank(rank: int, out: str, port: int, plan_dir: str, atomic: bool,
             result["updates"].append({"differ": _mismatch(want, model),
                                       "mappings": receiver.stats.mappings})
         receiver.close()
+        (Path(out) / "released").write_text("closed")
     (Path(out) / f"rank{rank}.json").write_text(json.dumps(result))
 
 

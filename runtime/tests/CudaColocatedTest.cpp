@@ -6,8 +6,9 @@
 // loopback: the receiver reads the sender's cudaMalloc'd tensors through
 // CUDA IPC and writes them into its live device memory, which must equal
 // the reference application of its plan after every update, for each
-// engine, atomic or not; a tensor the sender moves to a new buffer between
-// updates is read from the new one. A sender's host memory is refused on
+// engine, atomic or not; the tensors lie at offsets in one 2 MiB segment,
+// as torch's caching allocator places them, and a tensor the sender moves
+// to a segment of its own between updates is read from the new one. A sender's host memory is refused on
 // both ranks before any byte moves.
 //
 // CUDA is not initialized in the test process before it forks: the GPU
@@ -23,6 +24,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
@@ -64,6 +66,34 @@ std::vector<uint8_t> tensorBytes(const TensorDecl &t, uint64_t seed, size_t inde
   fillRandom(bytes, rng);
   return bytes;
 }
+
+/// The sender's tensors as torch's caching allocator lays them out: one
+/// cudaMalloc'd segment, a multiple of 2 MiB (CUDA's programming guide: IPC
+/// shares whole blocks, and smaller allocations may share one), each tensor
+/// at its 512-byte aligned offset in it.
+struct Segment {
+  explicit Segment(const std::vector<uint64_t> &sizes) {
+    uint64_t end = 0;
+    for (uint64_t n : sizes) {
+      offsets.push_back(end);
+      end += (n + 511) / 512 * 512;
+    }
+    size_t bytes = std::max<uint64_t>((end + kTwoMiB - 1) / kTwoMiB * kTwoMiB, kTwoMiB);
+    if (cudaMalloc(&base, bytes) != cudaSuccess)
+      throw std::runtime_error("cudaMalloc failed");
+  }
+  ~Segment() { cudaFree(base); }
+  Segment(const Segment &) = delete;
+  Segment &operator=(const Segment &) = delete;
+  void *at(size_t i) const { return static_cast<uint8_t *>(base) + offsets[i]; }
+  void write(size_t i, const std::vector<uint8_t> &host) const {
+    if (cudaMemcpy(at(i), host.data(), host.size(), cudaMemcpyHostToDevice) != cudaSuccess)
+      throw std::runtime_error("cudaMemcpy to the device failed");
+  }
+  static constexpr uint64_t kTwoMiB = uint64_t(2) << 20;
+  void *base = nullptr;
+  std::vector<uint64_t> offsets;
+};
 
 /// Rank 0 sends every tensor of a TP=1 plan, rank 1 receives it, over
 /// `updates` updates; "" or what went wrong. `hostSource`: the sender
@@ -113,27 +143,46 @@ std::string runPair(int rank, const std::string &dir, uint32_t engine, bool atom
     return e;
   TransferPtr transfer(rawTransfer);
 
-  // The sender's tensors, one allocation each; before update 2, tensor 0
-  // moves to a new buffer (the old one kept, as a trainer's allocator may).
-  std::vector<std::unique_ptr<OnDevice>> sources, retired;
-  for (size_t i = 0; i < tensors.size(); ++i)
-    sources.push_back(std::make_unique<OnDevice>(tensorBytes(tensors[i], 0, i)));
+  // The sender's tensors, in one segment; before update 2, tensor 0 moves
+  // to a segment of its own (the old one kept, as a trainer's allocator
+  // may).
+  std::vector<uint64_t> sizes;
+  for (const TensorDecl &td : tensors)
+    sizes.push_back(td.bytes());
+  std::unique_ptr<Segment> segment, moved;
+  if (rank == 0)
+    segment = std::make_unique<Segment>(sizes);
+  // Closes the receiver's handles before the sender frees what they map
+  // (cudaIpcOpenMemHandle: freeing exported memory an importer still has
+  // open is undefined): the receiver's transfer goes first and says so in
+  // a file the sender waits for.
+  std::string released = dir + "/released";
+  auto finish = [&](std::string error) {
+    if (rank == 1) {
+      transfer.reset();
+      std::ofstream(released) << "closed";
+      return error;
+    }
+    for (int i = 0; i < 600 && !std::filesystem::exists(released); ++i)
+      usleep(50000);
+    return error;
+  };
   for (int seed = 1; seed <= updates; ++seed) {
     Update u;
     std::vector<loadplan_held_tensor_t> held;
     std::vector<std::vector<uint8_t>> hostBytes;
-    if (rank == 0 && seed == 2) {
-      retired.push_back(std::move(sources[0]));
-      sources[0] = std::make_unique<OnDevice>(tensorBytes(tensors[0], 0, 0));
-    }
+    if (rank == 0 && seed == 2)
+      moved = std::make_unique<Segment>(std::vector<uint64_t>{sizes[0]});
     for (size_t i = 0; i < tensors.size(); ++i) {
       const TensorDecl &td = tensors[i];
       u.tensors[td.name] = tensorBytes(td, uint64_t(seed), i);
       if (rank != 0)
         continue;
-      sources[i]->write(u.tensors[td.name]);
+      const Segment &in = i == 0 && moved ? *moved : *segment;
+      size_t at = i == 0 && moved ? 0 : i;
+      in.write(at, u.tensors[td.name]);
       hostBytes.push_back(u.tensors[td.name]);
-      const void *data = hostSource ? hostBytes.back().data() : sources[i]->data;
+      const void *data = hostSource ? hostBytes.back().data() : in.at(at);
       held.push_back({td.name.data(), td.name.size(), data, td.dtype,
                       uint32_t(td.shape.size()), td.shape.data()});
     }
@@ -144,30 +193,32 @@ std::string runPair(int rank, const std::string &dir, uint32_t engine, bool atom
                                                   held.size(), nullptr));
     if (hostSource) {
       if (e.find("is not CUDA device memory") == std::string::npos)
-        return "a host source was not refused as such: " + e;
+        return finish("a host source was not refused as such: " + e);
       if (rank == 1 && storages.read() != before)
-        return "a refused update changed live memory";
-      return "";
+        return finish("a refused update changed live memory");
+      return finish("");
     }
     if (!e.empty())
-      return concat("update ", seed, ": ", e);
+      return finish(concat("update ", seed, ": ", e));
     if (rank == 0)
       continue;
     if (storages.read() != referenceAfter(plan, before, u))
-      return concat("update ", seed, ": live memory is not the plan's application");
+      return finish(concat("update ", seed, ": live memory is not the plan's application"));
     if (fallback.read() != u.tensors["scale"])
-      return concat("update ", seed, ": the fallback buffer differs");
+      return finish(concat("update ", seed, ": the fallback buffer differs"));
     loadplan_transfer_stats_t stats{};
     if (std::string s = take(loadplan_transfer_stats(transfer.get(), &stats)); !s.empty())
-      return s;
-    if (!stats.mappings)
-      return "the receiver has no CUDA IPC handle open";
+      return finish(s);
+    // One segment, then two once tensor 0 moved.
+    if (stats.mappings != (seed == 1 ? 1u : 2u))
+      return finish(concat("update ", seed, ": the receiver has ", stats.mappings,
+                           " CUDA IPC handles open"));
     // What the plan needs, whatever the engine: read where it lies.
     if (stats.bytes_received != neededBytes(handle.get()))
-      return concat("received ", stats.bytes_received, " bytes, the plan needs ",
-                    neededBytes(handle.get()));
+      return finish(concat("received ", stats.bytes_received, " bytes, the plan needs ",
+                           neededBytes(handle.get())));
   }
-  return "";
+  return finish("");
 }
 
 std::string tempDir() {

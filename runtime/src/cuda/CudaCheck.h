@@ -25,13 +25,16 @@ inline void checkCuda(cudaError_t error, const char *what) {
 }
 
 /// Makes `device` current for a scope and restores the caller's device:
-/// torch keeps its own notion of the current device.
+/// torch keeps its own notion of the current device. It sets the device even
+/// where it is already the current one: on a thread that never used CUDA,
+/// cudaGetDevice says 0 with no context current, and only cudaSetDevice
+/// makes the device's primary context current, which driver calls
+/// (cuMemGetAddressRange) need.
 class DeviceGuard {
 public:
   explicit DeviceGuard(int device) {
     checkCuda(cudaGetDevice(&previous), "cudaGetDevice");
-    if (previous != device)
-      checkCuda(cudaSetDevice(device), "cudaSetDevice");
+    checkCuda(cudaSetDevice(device), "cudaSetDevice");
   }
   ~DeviceGuard() {
     int current = -1;

@@ -23,7 +23,8 @@
 //
 // Allocations made through CUDA's virtual-memory API (torch's
 // expandable_segments) have no cudaIpc handle: they are refused, naming
-// the tensor.
+// the tensor. So is a tensor on another device than the rank's
+// colocated_device.
 //
 //===----------------------------------------------------------------------===//
 
@@ -135,6 +136,12 @@ public:
         region.size = size;
         cudaPointerAttributes a;
         checkCuda(cudaPointerGetAttributes(&a, data[i]), "cudaPointerGetAttributes");
+        // A rank that also receives reads its own tensors in place, on its
+        // device, with no IPC mapping (and so no peer access) between them.
+        if (a.device != device)
+          fail(LOADPLAN_STATUS_INVALID_UPDATE, what(i), " is on CUDA device ",
+               a.device, " but this rank's colocated transfers are on device ",
+               device);
         region.device = a.device;
         cudaError_t e = cudaIpcGetMemHandle(&region.handle,
                                             reinterpret_cast<void *>(base));
