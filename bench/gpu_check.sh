@@ -6,11 +6,14 @@
 #      25,000 names against device-to-device memcpy, launches per update,
 #   3. the Python CUDA tests (python/tests/test_cuda.py) with the runtime-only
 #      loadplan._native and the plans in .gpu/plans,
-#   4. bench/apply_cuda.py: load_planned against load_weights on CUDA,
-#   5. every runtime test (ctest), the measurements done.
+#   4. the kernel references (python/tests/test_kernel_refs_cuda.py) against
+#      vLLM's, DeepGEMM's and FlashInfer's kernels, where those packages are
+#      (the lent machines have none: they skip),
+#   5. bench/apply_cuda.py: load_planned against load_weights on CUDA,
+#   6. every runtime test (ctest), the measurements done.
 #
 # Logs in $LOADPLAN_GPU_LOGS (bench/gpu_common.sh): tests.log,
-# apply_cuda.log, apply_cuda_py.log. Arguments after --dry-run go to
+# kernel_refs.log, apply_cuda.log, apply_cuda_py.log. Arguments after --dry-run go to
 # bench/apply_cuda (e.g. --layers=8). --dry-run (first): a machine without a
 # GPU builds the same and runs what needs none (the CPU tests, the test
 # binaries whose GPU tests skip, the Python plans test, apply_cuda.py on
@@ -43,6 +46,18 @@ if [ -d "$site" ]; then
   if grep -q "SKIPPED.*needs a CUDA device" "$logs/tests.log"; then
     if [ "$gpus" -gt 0 ]; then failed "the Python CUDA tests skipped on a machine with a GPU"
     else say "skipped: the Python tests that need a GPU (no GPU)"; fi
+  fi
+
+  echo "== kernel references against the kernels"
+  # vLLM's Marlin repack, DeepGEMM's scale layout and GEMM, FlashInfer's
+  # scale swizzle: each skips, saying why, where its package is not here.
+  timeout "$(limit 240)" "${py[@]}" -m pytest -q -rs -p no:cacheprovider \
+    python/tests/test_kernel_refs_cuda.py 2>&1 | tee "$logs/kernel_refs.log" ||
+    failed "the kernel references differ from the kernels"
+  cat "$logs/kernel_refs.log" >>"$logs/tests.log"
+  if ! grep -qE "[0-9]+ passed" "$logs/kernel_refs.log"; then
+    say "skipped: the kernel references against the kernels (no GPU, or none of vLLM's" \
+        "CUDA ops, DeepGEMM and FlashInfer here)"
   fi
 
   echo "== bench/apply_cuda.py"

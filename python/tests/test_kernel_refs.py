@@ -5,10 +5,10 @@ byte decoding of ``_upcast_e8m0_to_fp32`` and DeepGEMM's
 ``unpack_ue8m0_from_int`` (vendored with vLLM), ``scaled_dequantize``,
 the inverse of FlashInfer's scale swizzle in vLLM's NVFP4 emulation
 (``convert_swizzled_to_linear``).
-They are not compared with the CUDA kernels yet: the lent GPU machines
-reach no package index, and vLLM, DeepGEMM and FlashInfer are not on them
-(docs/vllm.md). The runtime's own transform (``marlin_w4``) is checked on a
-GPU by ``Cuda.TransformingWrites`` (``bench/gpu_all.sh``)."""
+The comparison with the CUDA kernels is ``test_kernel_refs_cuda.py``, on a
+GPU machine with vLLM (the lent ones have none: docs/vllm.md). The
+runtime's own transform (``marlin_w4``) is checked on a GPU by
+``Cuda.TransformingWrites`` (``bench/gpu_all.sh``)."""
 
 from __future__ import annotations
 

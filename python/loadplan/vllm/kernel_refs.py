@@ -6,7 +6,9 @@ that kernel computes, written in torch from its documented semantics: so
 that the processing runs where the kernel does not (on the CPU, in the
 tests that steer vLLM onto its GPU paths, and on meta tensors when a
 processing step is traced). Each function names the kernel it stands for;
-``bench/gpu_all.sh`` is where a GPU machine checks them against it.
+``python/tests/test_kernel_refs_cuda.py`` checks them against it on a GPU
+machine with vLLM, DeepGEMM and FlashInfer (``bench/gpu_all.sh`` runs it;
+without those packages it skips).
 
 DeepGEMM (vLLM's ``vllm.utils.deep_gemm`` wraps it):
 
