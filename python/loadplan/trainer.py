@@ -495,16 +495,26 @@ class Trainer:
             self._executor = ThreadPoolExecutor(max_workers=1)
         return self._executor
 
-    def send_weights(self) -> None:
+    def send_weights(self, *, release_mappings: bool = False) -> None:
         """One update, on every trainer rank: every worker's parameters
         (with ``draft``, its draft model's too) are the source's when it
         returns, or it raises (and so does every other rank). The draft's
         update follows the model's: if it fails, the model has the new
-        weights and the draft the old until the next update."""
-        for target in self._targets:
-            self._send(target)
+        weights and the draft the old until the next update.
 
-    def _send(self, target: _Target) -> None:
+        ``release_mappings`` (transport ``ipc``): once the update is done,
+        the workers close their mappings of this trainer's memory, which
+        it may then give back (offloading its parameters, emptying torch's
+        CUDA cache: CUDA calls freeing memory that another process still
+        has open undefined); the next update maps it again. Every trainer
+        rank passes the same."""
+        if release_mappings and self.init_info.transport != "ipc":
+            raise ValueError("load plan: release_mappings is for transport 'ipc' (the "
+                             "workers map the trainer's memory only there)")
+        for target in self._targets:
+            self._send(target, release_mappings)
+
+    def _send(self, target: _Target, release_mappings: bool = False) -> None:
         """One update of ``target`` (the model, or its draft)."""
         meta = self.source.metadata
         declared, quantize, held = self._checkpoint(meta)
@@ -520,6 +530,8 @@ class Trainer:
         update: dict = {"epoch": epoch, "names": [], "dtype_names": [], "shapes": []}
         if target.draft:
             update["draft"] = True
+        if release_mappings:
+            update["release_mappings"] = True
         if declaring:
             update.update(names=[m.name for m in declared],
                           dtype_names=[str(m.dtype).removeprefix("torch.") for m in declared],

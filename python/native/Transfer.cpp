@@ -649,6 +649,18 @@ public:
     checkTransfer(status);
   }
 
+  /// Colocated, between updates: closes this rank's mappings of other
+  /// ranks' memory (loadplan_transfer_release_mappings).
+  void releaseMappings() {
+    loadplan_transfer_t *t = get();
+    loadplan_status_t status;
+    {
+      nb::gil_scoped_release release;
+      status = loadplan_transfer_release_mappings(t);
+    }
+    checkTransfer(status);
+  }
+
   nb::dict stats() const {
     loadplan_transfer_stats_t s;
     checkTransfer(loadplan_transfer_stats(get(), &s));
@@ -803,5 +815,9 @@ void loadplan_python::defineTransfer(nb::module_ &m) {
       .def("fail", &Transfer::fail, nb::arg("code"), nb::arg("message"),
            "Collective: fails the update on every rank with this error.")
       .def("stats", &Transfer::stats, "Of the last update on this rank.")
+      .def("release_mappings", &Transfer::releaseMappings,
+           "Colocated, between updates, not collective: closes this rank's "
+           "mappings of other ranks' memory; the next update maps what the "
+           "senders' tables name again.")
       .def("close", &Transfer::close, "Releases the engine now.");
 }

@@ -122,7 +122,9 @@ def test_without_the_compiler_planning_says_why(plan_dir):
     assert printed["stats"]["names"] == len(metas) == len(printed["entries"])
 
 
-IPC_SEEDS = (41, 42, 43)  # the last after the trainer moved a tensor to a new buffer
+# The last after the trainer moved a tensor to a new buffer; before the
+# second, the engine released its mappings (the trainer's table unchanged).
+IPC_SEEDS = (41, 42, 43)
 
 
 def _colocated_rank(rank: int, out: str, port: int, plan_dir: str, atomic: bool,
@@ -175,6 +177,11 @@ def _colocated_rank(rank: int, out: str, port: int, plan_dir: str, atomic: bool,
                 torch.cuda.synchronize()
             result["updates"].append({"differ": _mismatch(want, model),
                                       "mappings": receiver.stats.mappings})
+            if seed == IPC_SEEDS[0]:
+                # Every handle closed; the next update asks the trainer
+                # for its table again, though it did not change.
+                receiver.release_mappings()
+                result["released"] = receiver.stats.mappings
         receiver.close()
         (Path(out) / "released").write_text("closed")
     (Path(out) / f"rank{rank}.json").write_text(json.dumps(result))
@@ -189,6 +196,7 @@ def _colocated(device: str, atomic: bool, plan_dir: Path, tmp_path: Path) -> Non
             f"{str(plan_dir)!r}, {atomic}, {device!r})")
     trainer, engine = launch_ranks(2, code, tmp_path, f"colocated on {device}")
     assert trainer["updates"] == [0, 0, 0], "the trainer sent bytes"
+    assert engine["released"] == 0
     for update in engine["updates"]:
         assert update["differ"] is None, update
         assert update["mappings"] > 0
@@ -199,9 +207,10 @@ def _colocated(device: str, atomic: bool, plan_dir: Path, tmp_path: Path) -> Non
 def test_colocated_through_cuda_ipc(atomic, plan_dir, tmp_path):
     """A trainer process and an engine process sharing GPU 0, colocated: the
     engine reads the trainer's CUDA tensors through CUDA IPC, straight into
-    its live tensors (atomic: through device staging), over three updates
-    whose last follows a tensor moved to a new buffer; after each the engine
-    equals a second copy given the same weights by load_weights."""
+    its live tensors (atomic: through device staging), over three updates,
+    the second after the engine closed its handles (release_mappings), the
+    last after a tensor moved to a new buffer; after each the engine equals
+    a second copy given the same weights by load_weights."""
     _colocated("cuda", atomic, plan_dir, tmp_path)
 
 

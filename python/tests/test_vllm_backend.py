@@ -304,6 +304,43 @@ def test_a_trainer_rank_that_dies_fails_every_worker_and_changes_nothing(models,
         cluster.close()
 
 
+def test_ipc_workers_close_their_mappings_when_the_trainer_asks(models, tmp_path):
+    # The trainer keeps its tensors across updates (as an optimizer does),
+    # so from update 3 on (the endpoints the refined plans made at update 2)
+    # its table does not change: a header per update. After update 3 the
+    # workers close every mapping of the trainer's memory, and update 4
+    # asks for the table again.
+    spec = _spec(models, tmp_path, family="llama", tp=2, transport="ipc",
+                 source_in_place=True)
+    cluster = h.Cluster(spec)
+    try:
+        for round_ in (1, 2, 3, 4, 5):
+            _ok(cluster.update(round_, release_mappings=round_ == 3))
+            _exact(cluster, round_)
+            stats = [p["stats"] for p in cluster.workers("plan")]
+            if round_ == 3:
+                assert [s["mappings"] for s in stats] == [0, 0], stats
+            else:
+                assert all(s["mappings"] > 0 for s in stats), stats
+            if round_ >= 3:
+                assert [s["messages_received"] for s in stats] == \
+                    [2 if round_ == 4 else 1] * 2, (round_, stats)
+    finally:
+        cluster.close()
+
+
+def test_release_mappings_is_for_the_ipc_transport(models, tmp_path):
+    spec = _spec(models, tmp_path, family="llama", tp=1)
+    cluster = h.Cluster(spec)
+    try:
+        [(status, message)] = cluster.update(1, release_mappings=True)
+        assert status == "error" and "release_mappings is for transport 'ipc'" in message
+        _ok(cluster.update(2))
+        _exact(cluster, 2)
+    finally:
+        cluster.close()
+
+
 def test_an_engine_that_does_not_start_the_update_fails_every_trainer_rank_at_once(
         models, tmp_path):
     # Rank 0's client cannot reach the engine: the workers are never asked,

@@ -650,7 +650,7 @@ def _trainer_loop(conn, spec: Spec, rank: int, engine) -> None:
                     engine.client = _unreachable_client()
                 t0 = time.perf_counter()
                 try:
-                    engine.send_weights()
+                    engine.send_weights(release_mappings=arg.get("release_mappings", False))
                 finally:
                     engine.client = client
                 result = time.perf_counter() - t0
@@ -815,7 +815,9 @@ class Cluster:
         ``raising={rank: suffix}``: the source raises at it;
         ``variant``: the checkpoint the trainer declares (``metadata``);
         ``engine_down=True``: rank 0's client reaches no engine (vLLM's
-        HTTP client, at a port nothing listens on), for this update."""
+        HTTP client, at a port nothing listens on), for this update;
+        ``release_mappings=True``: the workers close their mappings of the
+        trainer's memory after it (transport ``ipc``)."""
         die = faults.get("die_after_s", {})
         die_in_set_up = faults.get("die_in_set_up", set())
         dtype, shape = faults.get("wrong_dtype", {}), faults.get("wrong_shape", {})
@@ -826,6 +828,7 @@ class Cluster:
                              "missing": missing.get(r), "raising": raising.get(r),
                              "die_in_set_up": r in die_in_set_up,
                              "engine_down": r == 0 and faults.get("engine_down", False),
+                             "release_mappings": faults.get("release_mappings", False),
                              "variant": faults.get("variant")}))
         out = []
         for r, c in enumerate(self.trainer_conns):

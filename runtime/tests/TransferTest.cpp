@@ -895,6 +895,11 @@ TEST(TransferApi, OneRankCopiesItsOwnPieces) {
   ASSERT_TRUE(isOk(loadplan_transfer_stats(transfer.get(), &stats)));
   EXPECT_EQ(stats.bytes_sent + stats.bytes_received, 0u);
   EXPECT_EQ(stats.bytes_local, neededBytes(sc.handles[0].get()));
+  // Releasing mappings: nothing to do where the transfer is not colocated;
+  // a NULL transfer is refused.
+  EXPECT_TRUE(isOk(loadplan_transfer_release_mappings(transfer.get())));
+  EXPECT_TRUE(isError(loadplan_transfer_release_mappings(nullptr),
+                      LOADPLAN_STATUS_INVALID_ARGUMENT, "transfer is NULL"));
   // A held tensor of a dtype code that names none: the message gives it.
   held[0].dtype = 99;
   EXPECT_TRUE(isError(loadplan_transfer_update(transfer.get(), held.data(),

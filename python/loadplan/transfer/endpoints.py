@@ -471,6 +471,18 @@ class Receiver(Endpoint):
                 self.model.load_weights(list(self.fallbacks.items()))
         return stats
 
+    def release_mappings(self) -> None:
+        """Colocated, between updates (not collective): closes every
+        mapping this receiver holds of the senders' memory (CUDA IPC
+        handles, shared files; ``stats.mappings`` drops to 0). Call it
+        before a colocated trainer gives its memory back (offloading its
+        parameters, ``torch.cuda.empty_cache()``): CUDA calls freeing memory
+        another process still has open undefined. The next ``receive`` asks
+        every sender for its table again and maps what it names."""
+        if self._transfer is None:
+            raise RuntimeError("load plan: the receiver is closed")
+        self._transfer.release_mappings()
+
 
 def share_memory(tensors: Mapping[str, torch.Tensor] | Iterable[torch.Tensor]):
     """Moves each CPU tensor's storage into shared memory, in place (torch's

@@ -70,19 +70,26 @@ class LoadplanWeightTransferUpdateInfo(WeightTransferUpdateInfo):
     sends them; empty lists keep the previous update's. ``draft``: the
     update is the speculative draft model's (vLLM's
     ``start_draft_weight_update`` started it); the draft keeps its own
-    plan, declared checkpoint and endpoints."""
+    plan, declared checkpoint and endpoints. ``release_mappings``
+    (transport ``ipc``): once the update is done, each worker closes its
+    mappings of the trainer's memory (``Receiver.release_mappings``), so
+    that the trainer may give that memory back; the next update maps it
+    again."""
 
     epoch: int
     names: list[str] = field(default_factory=list)
     dtype_names: list[str] = field(default_factory=list)
     shapes: list[list[int]] = field(default_factory=list)
     draft: bool = False
+    release_mappings: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.epoch, int) or self.epoch < 0:
             raise ValueError(f"load plan: epoch must be a non-negative int, got {self.epoch!r}")
-        if not isinstance(self.draft, bool):
-            raise ValueError(f"load plan: draft must be a bool, got {self.draft!r}")
+        for flag in ("draft", "release_mappings"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"load plan: {flag} must be a bool, got "
+                                 f"{getattr(self, flag)!r}")
         if not len(self.names) == len(self.dtype_names) == len(self.shapes):
             raise ValueError(
                 f"load plan: {len(self.names)} names, {len(self.dtype_names)} dtypes and "

@@ -445,6 +445,11 @@ class LoadplanWeightTransferEngine(
         self._refresh()
         if self._observer is not None:
             self._refine(receiver.fallbacks)
+        if update_info.release_mappings:
+            # The trainer is about to give its memory back: close every
+            # mapping of it now (the next update maps it again).
+            receiver.release_mappings()
+            self.last_stats = receiver.stats
 
     def _load_fallbacks(self, fallbacks: dict[str, torch.Tensor]) -> None:
         """The fallbacks through ``load_weights`` (the reloaded layers' through

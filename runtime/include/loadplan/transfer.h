@@ -474,13 +474,26 @@ typedef struct loadplan_transfer_stats_t {
    * seconds / probe_seconds is what an update costs over its bytes. */
   double probe_seconds;
   uint64_t probe_bytes;
-  /* Colocated: other ranks' shared files this rank has mapped now. */
+  /* Colocated: other ranks' shared files or CUDA allocations this rank
+   * has mapped now (0 after loadplan_transfer_release_mappings). */
   uint64_t mappings;
 } loadplan_transfer_stats_t;
 
 LOADPLAN_API loadplan_status_t
 loadplan_transfer_stats(const loadplan_transfer_t *transfer,
                         loadplan_transfer_stats_t *out_stats);
+
+/* Colocated, between updates, not collective: closes every mapping this
+ * rank holds of other ranks' memory (CUDA IPC handles, shared file
+ * mappings; loadplan_transfer_stats_t.mappings drops to 0). A receiver
+ * calls it before a sender gives that memory back (CUDA calls freeing
+ * memory that another process still has open undefined), for instance
+ * before a colocated trainer offloads its parameters and empties torch's
+ * cache. The next update asks every sender for its table again (in the
+ * agreement that opens it) and maps what the tables name. Does nothing on
+ * a rank that maps nothing or a transfer that is not colocated. */
+LOADPLAN_API loadplan_status_t
+loadplan_transfer_release_mappings(loadplan_transfer_t *transfer);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -26,8 +26,13 @@ struct Record {
   uint32_t code;
   uint32_t size;
   uint64_t check;
-  char text[496];
+  uint32_t flags; // kWantTables
+  char text[492];
 };
+
+/// A validate record's flag: this receiver released its mappings
+/// (loadplan_transfer_release_mappings), so every sender sends its table.
+constexpr uint32_t kWantTables = 1;
 static_assert(sizeof(Record) == 512, "records are 512 bytes");
 
 enum Phase : uint64_t { kCreate = 0, kValidate = 1, kCommit = 2, kProbe = 3 };
@@ -152,6 +157,9 @@ struct Engine::Colocated {
   /// each receiver has (0: none, or unsure after a failed update).
   std::unique_ptr<Exporter> exporter;
   uint64_t generation = 0, acked = 0;
+  /// This update: a receiver released its mappings, so the table goes to
+  /// every receiver whatever its generation.
+  bool resend = false;
   /// Comm ranks of the receivers this sender has pieces for (not itself).
   std::vector<uint32_t> receivers;
   /// A receiver's: the senders it has pieces from (not itself), and per
@@ -160,6 +168,9 @@ struct Engine::Colocated {
   std::vector<uint32_t> senders;
   std::vector<std::unique_ptr<Mapper>> mappers;
   std::vector<uint64_t> generations;
+  /// Mappings released since the last update: the next one asks for the
+  /// tables again.
+  bool tablesWanted = false;
   std::vector<std::vector<const uint8_t *>> places;
   std::vector<std::vector<uint64_t>> holdingBytes;
   /// Per entry of `plan`: its sender and holding. Non-atomic: each piece
@@ -724,10 +735,11 @@ void Engine::setUpReceiver(const loadplan_receiver_args_t &args) {
   }
 }
 
-void Engine::agree(const std::optional<StatusError> &local, uint64_t phase,
-                   uint64_t check) {
+uint32_t Engine::agree(const std::optional<StatusError> &local, uint64_t phase,
+                       uint64_t check, uint32_t flags) {
   Record mine{};
   mine.check = check;
+  mine.flags = flags;
   if (local) {
     mine.code = local->code;
     std::string text = local->message.substr(0, sizeof mine.text - 1);
@@ -772,6 +784,10 @@ void Engine::agree(const std::optional<StatusError> &local, uint64_t phase,
                             : LOADPLAN_STATUS_DEVICE_ERROR,
                         concat("rank ", p, roleOf(p),
                                " could not be reached: ", errors[p]));
+  uint32_t any = 0;
+  for (const Record &r : all)
+    any |= r.flags;
+  return any;
 }
 
 void Engine::checkHeld(const loadplan_held_tensor_t *held, size_t numHeld) {
@@ -1069,11 +1085,14 @@ void Engine::update(const loadplan_held_tensor_t *held, size_t numHeld,
     local = e;
   }
   try {
-    agree(local, kValidate, sequence);
-    if (co)
+    uint32_t flags = agree(local, kValidate, sequence,
+                           co && co->tablesWanted ? kWantTables : 0);
+    if (co) {
+      co->resend = flags & kWantTables;
       runColocated(stream, local);
-    else
+    } else {
       runRounds(stream, local);
+    }
     agree(local, kCommit, sequence);
     if (receives && receives->atomic && receives->executor) {
       scatter(receives->all, stream);
@@ -1085,15 +1104,15 @@ void Engine::update(const loadplan_held_tensor_t *held, size_t numHeld,
       // A sender may be gone, or a receiver lack a table: every receiver
       // unmaps what it mapped, and every sender sends its table again.
       co->acked = 0;
-      for (std::unique_ptr<Mapper> &m : co->mappers)
-        m->release();
-      std::fill(co->generations.begin(), co->generations.end(), 0);
-      stats.mappings = 0;
+      releaseMappings();
+      co->tablesWanted = false; // every sender sends its table anyway
     }
     throw;
   }
-  if (co)
+  if (co) {
     co->acked = co->generation;
+    co->tablesWanted = false;
+  }
   ++stats.updates;
   stats.seconds = std::chrono::duration<double>(
                       std::chrono::steady_clock::now() - start)
@@ -1125,7 +1144,7 @@ void Engine::runColocated(void *stream, std::optional<StatusError> &local) {
     }
   }
   Header out{c.generation, sending ? c.exporter->tableBytes().size() : 0,
-             sending && c.acked != c.generation, 0};
+             sending && (c.acked != c.generation || c.resend), 0};
   std::vector<Header> in(c.senders.size());
   std::vector<Op> ops;
   uint64_t tag = kAgreementTag - 3; // and the tables: tag + 1 (below kWatchTag)
@@ -1216,6 +1235,16 @@ void Engine::runColocated(void *stream, std::optional<StatusError> &local) {
   stats.mappings = 0;
   for (const std::unique_ptr<Mapper> &m : c.mappers)
     stats.mappings += m->count();
+}
+
+void Engine::releaseMappings() {
+  if (!co)
+    return;
+  for (std::unique_ptr<Mapper> &m : co->mappers)
+    m->release();
+  std::fill(co->generations.begin(), co->generations.end(), 0);
+  co->tablesWanted = !co->senders.empty();
+  stats.mappings = 0;
 }
 
 void Engine::failUpdate(const StatusError &error) {

@@ -52,6 +52,9 @@ public:
   /// Collective: fails an update on every rank with `error`; throws the
   /// agreed error.
   [[noreturn]] void failUpdate(const StatusError &error);
+  /// Colocated, between updates, not collective: closes every mapping of
+  /// other ranks' memory; the next update asks every sender for its table.
+  void releaseMappings();
 
   loadplan_transfer_stats_t stats{};
   /// Where the data lives: the transport's device, or for a colocated
@@ -87,10 +90,11 @@ private:
   std::unique_ptr<Executor> makeExecutor(const Plan &plan,
                                          const std::vector<uint8_t *> &bases,
                                          uint32_t threads);
-  /// Swaps `local` (an error or none) and `check` with every rank; throws
-  /// the first error, or a mismatch of `check`.
-  void agree(const std::optional<StatusError> &local, uint64_t phase,
-             uint64_t check);
+  /// Swaps `local` (an error or none), `check` and `flags` with every
+  /// rank; throws the first error, or a mismatch of `check`; returns the
+  /// union of every rank's flags.
+  uint32_t agree(const std::optional<StatusError> &local, uint64_t phase,
+                 uint64_t check, uint32_t flags = 0);
   std::string roleOf(uint32_t rank) const;
   void checkHeld(const loadplan_held_tensor_t *held, size_t numHeld);
   void runRounds(void *stream, std::optional<StatusError> &local);

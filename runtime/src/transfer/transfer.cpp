@@ -352,6 +352,14 @@ loadplan_status_t loadplan_transfer_stats(const loadplan_transfer_t *transfer,
   });
 }
 
+loadplan_status_t loadplan_transfer_release_mappings(loadplan_transfer_t *transfer) {
+  return guard([&] {
+    require(transfer && transfer->engine, "transfer is NULL");
+    std::lock_guard<std::mutex> lock(transfer->mutex);
+    transfer->engine->releaseMappings();
+  });
+}
+
 loadplan_status_t loadplan_shared_memory_check(const void *const *data, const uint64_t *bytes,
                                                size_t count, uint8_t *out_shared) {
   return guard([&] {
