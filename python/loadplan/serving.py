@@ -102,6 +102,20 @@ def endpoint_session(name: str) -> str:
     return name.rpartition(".e")[0]
 
 
+# An engine's update request names its endpoints; this suffix on the name
+# asks the workers to close their mappings of the trainer's memory after
+# the update (transport "ipc"; ``Receiver.release_mappings``), where the
+# request has no field of its own for it (SGLang's).
+RELEASE_SUFFIX = "+release"
+
+
+def release_requested(name: str) -> tuple[str, bool]:
+    """``name`` without ``RELEASE_SUFFIX``, and whether it had it."""
+    if name.endswith(RELEASE_SUFFIX):
+        return name[:-len(RELEASE_SUFFIX)], True
+    return name, False
+
+
 def dtype_named(name: str) -> torch.dtype:
     """The torch dtype a checkpoint declares by name (``"bfloat16"``)."""
     dtype = getattr(torch, name, None)

@@ -97,6 +97,24 @@ def test_updates_equal_sglangs_own(models, tmp_path, scenario):
         cluster.close()
 
 
+def test_ipc_workers_close_their_mappings_when_the_trainer_asks(models, tmp_path):
+    # As the vLLM backend's test: a trainer that keeps its tensors sends a
+    # header per update once its endpoints settled; after update 3
+    # (send_weights(release_mappings=True), carried in the request's
+    # group_name) every TP rank closes its mappings, and update 4 asks for
+    # the table again.
+    cluster = _cluster(models, tmp_path, "qwen3", tp=2, engine="m_to_n", transport="ipc",
+                       source_in_place=True)
+    try:
+        for round_ in (1, 2, 3, 4, 5):
+            results = cluster.update(round_, release_mappings=round_ == 3)
+            assert all(status == "ok" for status, _ in results), results
+            assert h.inexact(cluster, round_) == []
+            h.check_mappings_after(cluster, round_, released=3)
+    finally:
+        cluster.close()
+
+
 def test_bad_updates_leave_the_model_unchanged(models, tmp_path):
     """A wrong dtype, a wrong shape and a name the model lacks each fail on
     every rank with the cause, leave every tensor as it was, and close

@@ -719,6 +719,23 @@ def _break_source(source, name_suffix: str, how: str) -> None:
     source.iter_full = lambda: wrap(original[1])
 
 
+def check_mappings_after(cluster: "Cluster", round_: int, released: int) -> None:
+    """The workers' colocated stats after update ``round_`` of a trainer
+    that keeps its tensors (``source_in_place``), whose update ``released``
+    (from the third on) was sent with ``release_mappings``: no mapping after
+    it, some after every other; from update ``released`` on, a header per
+    update, and the table too only in the one after the release."""
+    stats = [p["stats"] for p in cluster.workers("plan")]
+    if round_ == released:
+        assert all(s["mappings"] == 0 for s in stats), stats
+    else:
+        assert all(s["mappings"] > 0 for s in stats), stats
+    if round_ >= released:
+        want = 2 if round_ == released + 1 else 1
+        assert all(s["messages_received"] == want * cluster.spec.trainers
+                   for s in stats), (round_, stats)
+
+
 def dies_in_set_up_is_noticed(cluster: "Cluster", round_: int, suffix: str) -> None:
     """Trainer rank 1 (not the store's) dies as it sets up new endpoints:
     the other ranks notice within 2 s and name it, the model is unchanged,

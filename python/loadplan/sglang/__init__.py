@@ -13,8 +13,10 @@ control calls, over HTTP or its Python ``Engine``, drive loadplan:
   between ``begin_weight_update`` and ``end_weight_update`` as every update
   of SGLang's: the request's names, dtypes and shapes declare the
   checkpoint (empty lists: the previous update's), its ``group_name`` names
-  the update's transfer endpoints; every rank receives the update as its
-  plan says; ``end_weight_update`` runs SGLang's post-load processing;
+  the update's transfer endpoints (a ``+release`` suffix: close the
+  mappings of the trainer's memory after it); every rank receives the
+  update as its plan says; ``end_weight_update`` runs SGLang's post-load
+  processing;
 - ``destroy_weights_update_group`` of the session closes it.
 
 A failed update reports ``success: false`` with the cause on every rank and
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import logging
 
-from ..serving import endpoint_session
+from ..serving import endpoint_session, release_requested
 from .worker import BACKEND, LOGGER_NAME
 
 logger = logging.getLogger(LOGGER_NAME)
@@ -102,14 +104,15 @@ def _receive(original, self, *, names, dtypes, shapes, group_name, load_format=N
     if load_format != BACKEND:
         return original(self, names=names, dtypes=dtypes, shapes=shapes,
                         group_name=group_name, load_format=load_format)
-    session = endpoint_session(group_name)
+    endpoint, release = release_requested(group_name)
+    session = endpoint_session(endpoint)
     worker = workers_of(self).get(session)
     if worker is None:
         raise RuntimeError(f"load plan: no loadplan session {session!r} on TP rank "
                            f"{self.tp_rank}: call init_weights_update_group with "
                            f"backend={BACKEND!r} first")
-    worker.receive(names, dtypes, shapes, group_name)
-    return _Received(self, f"load plan: update {group_name} received")
+    worker.receive(names, dtypes, shapes, endpoint, release_mappings=release)
+    return _Received(self, f"load plan: update {endpoint} received")
 
 
 def _load(original, self, named_tensors):

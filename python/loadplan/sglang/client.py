@@ -28,7 +28,7 @@ import datetime
 import json
 from collections.abc import Callable
 
-from ..serving import WIRE_KEYS, endpoint_name
+from ..serving import RELEASE_SUFFIX, WIRE_KEYS, endpoint_name
 from .worker import BACKEND, init_key
 
 
@@ -87,11 +87,15 @@ class SGLangClient:
     def update_weights(self, update_info: dict) -> None:
         if self.session is None:
             raise RuntimeError("load plan: init_weight_transfer_engine first")
+        # SGLang's request has no field for release_mappings: the name says it.
+        name = endpoint_name(self.session, int(update_info["epoch"]))
+        if update_info.get("release_mappings"):
+            name += RELEASE_SUFFIX
         self._call("update_weights_from_distributed", {
             "names": list(update_info.get("names", [])),
             "dtypes": list(update_info.get("dtype_names", [])),
             "shapes": [list(s) for s in update_info.get("shapes", [])],
-            "group_name": endpoint_name(self.session, int(update_info["epoch"])),
+            "group_name": name,
             "load_format": BACKEND})
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:

@@ -221,10 +221,13 @@ class Worker:
     def _drop_receiver(self) -> None:
         self._receiving.drop()
 
-    def receive(self, names, dtypes, shapes, endpoint: str) -> None:
+    def receive(self, names, dtypes, shapes, endpoint: str, *,
+                release_mappings: bool = False) -> None:
         """One whole update over the endpoints named ``endpoint``: the direct
         names into live memory, then the fallbacks through ``load_weights``.
-        Raises on any failure (every rank fails the same update)."""
+        Raises on any failure (every rank fails the same update).
+        ``release_mappings`` (transport ``ipc``): then close every mapping of
+        the trainer's memory (the next update maps it again)."""
         if endpoint_session(endpoint) != self.session:
             raise ValueError(f"load plan: update {endpoint!r} is not of session "
                              f"{self.session!r}")
@@ -236,8 +239,12 @@ class Worker:
             raise
         # The fallbacks, once every rank has all of the update, through the
         # model's load_weights.
-        _, stats = self._receiving.receive(endpoint, lambda: self._make_receiver(endpoint))
+        receiver, stats = self._receiving.receive(endpoint,
+                                                  lambda: self._make_receiver(endpoint))
         self._updates += 1
+        if release_mappings:
+            receiver.release_mappings()
+            stats = receiver.stats
         self.last_stats = stats
         logger.info("load plan: worker rank %d update %d: %s", self.rank, self._updates,
                     stats.line())
