@@ -4,8 +4,7 @@
 # gpu_check's last step, ctest, may take what time is left), every line of
 # output also in OUT/gpu.txt, their logs in OUT (build.log, tests.log,
 # kernel_refs.log, apply_cuda.log, apply_cuda_py.log, nccl.log: seven files
-# in all), ending
-# with the line
+# in all), ending with the line
 #
 #   gpu: device=NAME apply_vs_d2d=A launches=N moe_time_over_memcpy=B load_weights_over_load_planned=C
 #

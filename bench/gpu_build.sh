@@ -15,11 +15,11 @@
 #     run with PYTHONPATH=<build>/site and read plans made elsewhere.
 #
 # bench/gpu_prepare.sh, run first where the compiler is, fills .gpu/ (the
-# GoogleTest and Gloo sources and the plans); a device run carries it. The Python is
-# bench/gpu_common.sh's; it needs nanobind. A Python module that fails to
-# build is reported and leaves no <build>/site (the Python parts then skip);
-# the runtime, its tests or apply_cuda failing to build is an error. Logs:
-# configure.log and build.log in <build>/runtime and <build>/py.
+# GoogleTest and Gloo sources and the plans); a device run carries it. The
+# Python is bench/gpu_common.sh's; it needs nanobind. A Python module that
+# fails to build is reported and leaves no <build>/site (the Python parts
+# then skip); the runtime, its tests or apply_cuda failing to build is an
+# error. Logs: configure.log and build.log in <build>/runtime and <build>/py.
 set -euo pipefail
 source "$(dirname "$0")/gpu_common.sh"
 archs="${LOADPLAN_CUDA_ARCHS:-80;90}"

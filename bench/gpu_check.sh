@@ -13,11 +13,11 @@
 #   6. every runtime test (ctest), the measurements done.
 #
 # Logs in $LOADPLAN_GPU_LOGS (bench/gpu_common.sh): tests.log,
-# kernel_refs.log, apply_cuda.log, apply_cuda_py.log. Arguments after --dry-run go to
-# bench/apply_cuda (e.g. --layers=8). --dry-run (first): a machine without a
-# GPU builds the same and runs what needs none (the CPU tests, the test
-# binaries whose GPU tests skip, the Python plans test, apply_cuda.py on
-# the CPU), each skipped part said in one line. Run bench/gpu_prepare.sh
+# kernel_refs.log, apply_cuda.log, apply_cuda_py.log. Arguments after
+# --dry-run go to bench/apply_cuda (e.g. --layers=8). --dry-run (first): a
+# machine without a GPU builds the same and runs what needs none (the CPU
+# tests, the test binaries whose GPU tests skip, the Python plans test,
+# apply_cuda.py on the CPU), each skipped part said in one line. Run bench/gpu_prepare.sh
 # first where the compiler is. Exits non-zero if anything failed.
 set -uo pipefail
 dry_run=0

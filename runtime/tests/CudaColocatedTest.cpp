@@ -8,8 +8,8 @@
 // the reference application of its plan after every update, for each
 // engine, atomic or not; the tensors lie at offsets in one 2 MiB segment,
 // as torch's caching allocator places them, and a tensor the sender moves
-// to a segment of its own between updates is read from the new one. A sender's host memory is refused on
-// both ranks before any byte moves.
+// to a segment of its own between updates is read from the new one. A
+// sender's host memory is refused on both ranks before any byte moves.
 //
 // CUDA is not initialized in the test process before it forks: the GPU
 // count comes from a child of its own. So these tests run in a process of

@@ -30,8 +30,9 @@ struct Record {
   char text[492];
 };
 
-/// A validate record's flag: this receiver released its mappings
-/// (loadplan_transfer_release_mappings), so every sender sends its table.
+/// A validate record's flag: this receiver lacks the table of a sender it
+/// reads from (it released its mappings: loadplan_transfer_release_mappings,
+/// or has had none yet), so every sender sends its table.
 constexpr uint32_t kWantTables = 1;
 static_assert(sizeof(Record) == 512, "records are 512 bytes");
 
@@ -157,9 +158,6 @@ struct Engine::Colocated {
   /// each receiver has (0: none, or unsure after a failed update).
   std::unique_ptr<Exporter> exporter;
   uint64_t generation = 0, acked = 0;
-  /// This update: a receiver released its mappings, so the table goes to
-  /// every receiver whatever its generation.
-  bool resend = false;
   /// Comm ranks of the receivers this sender has pieces for (not itself).
   std::vector<uint32_t> receivers;
   /// A receiver's: the senders it has pieces from (not itself), and per
@@ -168,9 +166,6 @@ struct Engine::Colocated {
   std::vector<uint32_t> senders;
   std::vector<std::unique_ptr<Mapper>> mappers;
   std::vector<uint64_t> generations;
-  /// Mappings released since the last update: the next one asks for the
-  /// tables again.
-  bool tablesWanted = false;
   std::vector<std::vector<const uint8_t *>> places;
   std::vector<std::vector<uint64_t>> holdingBytes;
   /// Per entry of `plan`: its sender and holding. Non-atomic: each piece
@@ -1085,11 +1080,11 @@ void Engine::update(const loadplan_held_tensor_t *held, size_t numHeld,
     local = e;
   }
   try {
-    uint32_t flags = agree(local, kValidate, sequence,
-                           co && co->tablesWanted ? kWantTables : 0);
+    bool wants = co && std::any_of(co->senders.begin(), co->senders.end(),
+                                   [&](uint32_t s) { return !co->generations[s]; });
+    uint32_t flags = agree(local, kValidate, sequence, wants ? kWantTables : 0);
     if (co) {
-      co->resend = flags & kWantTables;
-      runColocated(stream, local);
+      runColocated(stream, local, flags & kWantTables);
     } else {
       runRounds(stream, local);
     }
@@ -1105,21 +1100,19 @@ void Engine::update(const loadplan_held_tensor_t *held, size_t numHeld,
       // unmaps what it mapped, and every sender sends its table again.
       co->acked = 0;
       releaseMappings();
-      co->tablesWanted = false; // every sender sends its table anyway
     }
     throw;
   }
-  if (co) {
+  if (co)
     co->acked = co->generation;
-    co->tablesWanted = false;
-  }
   ++stats.updates;
   stats.seconds = std::chrono::duration<double>(
                       std::chrono::steady_clock::now() - start)
                       .count();
 }
 
-void Engine::runColocated(void *stream, std::optional<StatusError> &local) {
+void Engine::runColocated(void *stream, std::optional<StatusError> &local,
+                          bool resend) {
   Colocated &c = *co;
   auto keep = [&](const StatusError &e) {
     if (!local)
@@ -1144,7 +1137,7 @@ void Engine::runColocated(void *stream, std::optional<StatusError> &local) {
     }
   }
   Header out{c.generation, sending ? c.exporter->tableBytes().size() : 0,
-             sending && (c.acked != c.generation || c.resend), 0};
+             sending && (c.acked != c.generation || resend), 0};
   std::vector<Header> in(c.senders.size());
   std::vector<Op> ops;
   uint64_t tag = kAgreementTag - 3; // and the tables: tag + 1 (below kWatchTag)
@@ -1243,7 +1236,6 @@ void Engine::releaseMappings() {
   for (std::unique_ptr<Mapper> &m : co->mappers)
     m->release();
   std::fill(co->generations.begin(), co->generations.end(), 0);
-  co->tablesWanted = !co->senders.empty();
   stats.mappings = 0;
 }
 

@@ -79,8 +79,9 @@ private:
   /// Collective, at creation: every rank's mode and machine; throws when
   /// they do not fit.
   void checkHosts();
-  /// Colocated: the tables, the mappings and the copies.
-  void runColocated(void *stream, std::optional<StatusError> &local);
+  /// Colocated: the tables, the mappings and the copies; `resend`: a
+  /// receiver lacks a table, so every sender sends its own.
+  void runColocated(void *stream, std::optional<StatusError> &local, bool resend);
   /// Colocated: one timed memcpy of this rank's bytes.
   double probeCopy();
   /// Collective: times the link probe (loadplan_transfer_stats_t).
